@@ -1,0 +1,91 @@
+"""Every Prometheus metric the sidecar exposes, in one place (SPEC.md section 7).
+
+Each `Metrics` owns its own `CollectorRegistry`, so several sidecars (tests, the demo) can live
+in one process. `service` and `retriever` label values go through `LabelCap`, which keeps the
+first N distinct values and folds the rest into `other`."""
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DELAY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+OTHER = "other"
+
+
+class LabelCap:
+    """Caps a label's cardinality: the first `limit` distinct values pass, later ones are `other`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str | None) -> str:
+        value = value or "unknown"
+        if value in self._seen:
+            return value
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self.limit:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+def rank_label(rank: int) -> str:
+    """1-based rank as a label: 1..20, then `21+` (bounded cardinality)."""
+    return str(rank) if rank <= 20 else "21+"
+
+
+class Metrics:
+    def __init__(self, *, max_services: int = 50, max_retrievers: int = 50, version: str = "0.1.0") -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.service = LabelCap(max_services)
+        self.retriever = LabelCap(max_retrievers)
+
+        # -- SPEC.md section 7 --
+        self.spans_received = Counter("ctxprec_spans_received", "Spans received, by receiver.", ["receiver"], registry=r)
+        self.samples = Counter("ctxprec_samples", "Retrievals by final decision.", ["service", "decision"], registry=r)
+        self.context_precision = Histogram(
+            "ctxprec_context_precision", "Context precision (MAP) per scored retrieval, divided by scale.",
+            ["service", "retriever"], buckets=SCORE_BUCKETS, registry=r)
+        self.precision_at_k = Histogram(
+            "ctxprec_precision_at_k", "Fraction of retrieved contexts judged relevant.",
+            ["service", "retriever"], buckets=SCORE_BUCKETS, registry=r)
+        self.rank_judged = Counter(
+            "ctxprec_rank_judged", "Contexts judged, by 1-based rank and relevance.",
+            ["service", "rank", "relevant"], registry=r)
+        self.judge_requests = Counter("ctxprec_judge_requests", "Judge HTTP attempts by outcome.", ["model", "outcome"], registry=r)
+        self.judge_latency = Histogram(
+            "ctxprec_judge_latency_seconds", "Judge request latency.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.judge_tokens = Counter("ctxprec_judge_tokens", "Judge tokens.", ["model", "kind"], registry=r)
+        self.judge_cost = Counter("ctxprec_judge_cost_usd", "Judge cost in USD (litellm cost map).", ["model"], registry=r)
+        self.score_delay = Histogram(
+            "ctxprec_score_delay_seconds", "Time from retrieval end to score ready.", buckets=DELAY_BUCKETS, registry=r)
+        self.queue_depth = Gauge("ctxprec_queue_depth", "Retrievals waiting for a scoring worker.", registry=r)
+        self.traces_buffered = Gauge("ctxprec_traces_buffered", "Sampled traces being assembled.", registry=r)
+        self.precision_baseline = Gauge("ctxprec_precision_baseline", "Drift detector's slow baseline.", ["service"], registry=r)
+        self.precision_recent = Gauge("ctxprec_precision_recent", "Drift detector's recent mean.", ["service"], registry=r)
+        self.precision_drift = Gauge("ctxprec_precision_drift", "1 while the drift detector is alarmed.", ["service"], registry=r)
+        self.build_info = Gauge("ctxprec_build_info", "Build information.", ["version"], registry=r)
+        self.build_info.labels(version=version).set(1)
+
+        # -- operational counters beyond the SPEC table (kept few, bounded labels) --
+        self.receiver_errors = Counter(
+            "ctxprec_receiver_errors", "Rejected input, by receiver and reason.", ["receiver", "reason"], registry=r)
+        self.trace_evictions = Counter(
+            "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
+        self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        self.buffered_bytes = Gauge("ctxprec_buffered_bytes", "Approximate bytes held by the assembly buffer.", registry=r)
+        self.exported_spans = Counter(
+            "ctxprec_exported_spans", "Spans written downstream, by exporter and outcome.", ["exporter", "outcome"], registry=r)
+        self.export_dropped = Counter(
+            "ctxprec_export_dropped", "Spans or records dropped by an exporter, by reason.", ["exporter", "reason"], registry=r)
+        self.kafka_lag = Gauge("ctxprec_kafka_consumer_lag", "Kafka consumer lag in messages.", ["topic", "partition"], registry=r)
+        self.kafka_dead_letters = Counter(
+            "ctxprec_kafka_dead_letters", "Kafka messages sent to the dead-letter topic, by reason.", ["reason"], registry=r)
+        self.kafka_messages = Counter("ctxprec_kafka_messages", "Kafka messages consumed, by format.", ["format"], registry=r)

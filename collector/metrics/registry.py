@@ -80,6 +80,8 @@ class Metrics:
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
         self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        self.contexts_dropped = Counter(
+            "ctxprec_contexts_dropped", "Retrieved contexts beyond the per-retrieval cap, not scored.", registry=r)
         self.buffered_bytes = Gauge("ctxprec_buffered_bytes", "Approximate bytes held by the assembly buffer.", registry=r)
         self.exported_spans = Counter(
             "ctxprec_exported_spans", "Spans written downstream, by exporter and outcome.", ["exporter", "outcome"], registry=r)

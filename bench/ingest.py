@@ -1,0 +1,266 @@
+"""Ingest throughput: OTLP/HTTP protobuf batches of realistic RAG traces through
+`decode_with_raw` + `OtlpIngest.ingest` (sample rate 1%, span-mode forwarding on, to a discard
+endpoint in another process), against a bare `ExportTraceServiceRequest.ParseFromString` loop
+over the same bytes in the same run. Goal: ctxprec >= 20% of the bare parse rate.
+
+    .venv/bin/python -m bench.ingest [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import random
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SPANS_PER_TRACE = 8
+_WORDS = ("password reset account billing invoice refund shipping order login security email "
+          "settings profile support ticket subscription plan upgrade cancel device mobile app").split()
+
+
+def _kv(key: str, value: Any) -> KeyValue:
+    v = AnyValue()
+    if isinstance(value, str):
+        v.string_value = value
+    elif isinstance(value, float):
+        v.double_value = value
+    else:
+        v.int_value = value
+    return KeyValue(key=key, value=v)
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(_WORDS)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)
+
+
+def _span(trace: bytes, parent: bytes, name: str, attrs: dict[str, Any], start: int, dur: int,
+          rng: random.Random) -> Span:
+    span = Span(trace_id=trace, span_id=rng.randbytes(8), parent_span_id=parent, name=name,
+                start_time_unix_nano=start, end_time_unix_nano=start + dur, kind=Span.SPAN_KIND_INTERNAL)
+    span.attributes.extend(_kv(k, v) for k, v in attrs.items())
+    return span
+
+
+def rag_trace(rng: random.Random, start: int = 1_764_000_000_000_000_000) -> list[Span]:
+    """8 spans: root chain, embedding, retriever (5 documents, OpenInference), reranker-free LLM
+    call, and four plumbing spans (HTTP client, cache, DB, guardrail)."""
+    trace = rng.randbytes(16)
+    query = _text(rng, 60)
+    answer = _text(rng, 400)
+    root = _span(trace, b"", "rag.query", {"openinference.span.kind": "CHAIN", "input.value": query,
+                                           "output.value": answer, "session.id": rng.randbytes(8).hex(),
+                                           "user.id": f"user-{rng.randrange(10_000)}"}, start, 2_000_000_000, rng)
+    rid = root.span_id
+    retriever_attrs: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": query}
+    for i in range(5):
+        retriever_attrs[f"retrieval.documents.{i}.document.content"] = _text(rng, 500)
+        retriever_attrs[f"retrieval.documents.{i}.document.id"] = f"kb-{rng.randrange(100_000)}"
+        retriever_attrs[f"retrieval.documents.{i}.document.score"] = rng.random()
+        retriever_attrs[f"retrieval.documents.{i}.document.metadata"] = json.dumps(
+            {"source": f"kb/{rng.randrange(1000)}.md", "section": rng.randrange(20)})
+    spans = [
+        root,
+        _span(trace, rid, "embed", {"openinference.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
+                                    "embedding.embeddings.0.embedding.text": query}, start + 1_000, 30_000_000, rng),
+        _span(trace, rid, "retrieve", retriever_attrs, start + 40_000_000, 50_000_000, rng),
+        _span(trace, rid, "llm", {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+                                  "llm.input_messages.0.message.role": "system",
+                                  "llm.input_messages.0.message.content": _text(rng, 300),
+                                  "llm.input_messages.1.message.role": "user",
+                                  "llm.input_messages.1.message.content": query,
+                                  "llm.token_count.prompt": 1_800, "llm.token_count.completion": 120,
+                                  "output.value": answer}, start + 100_000_000, 1_500_000_000, rng),
+        _span(trace, rid, "POST", {"http.request.method": "POST", "url.full": "https://api.openai.com/v1/chat/completions",
+                                   "http.response.status_code": 200, "server.address": "api.openai.com"},
+              start + 110_000_000, 1_400_000_000, rng),
+        _span(trace, rid, "cache.get", {"db.system": "redis", "db.operation.name": "GET",
+                                        "db.query.text": "GET answer:" + rng.randbytes(6).hex()},
+              start + 2_000, 1_000_000, rng),
+        _span(trace, rid, "SELECT kb", {"db.system": "postgresql", "db.operation.name": "SELECT",
+                                        "db.query.text": "SELECT id, body FROM kb WHERE id = ANY($1)"},
+              start + 60_000_000, 8_000_000, rng),
+        _span(trace, rid, "guardrail", {"openinference.span.kind": "GUARDRAIL", "guardrail.passed": 1},
+              start + 1_700_000_000, 20_000_000, rng),
+    ]
+    assert len(spans) == SPANS_PER_TRACE
+    return spans
+
+
+def build_bodies(n_requests: int, traces_per_request: int, seed: int = 7) -> list[bytes]:
+    rng = random.Random(seed)
+    bodies = []
+    for _ in range(n_requests):
+        request = ExportTraceServiceRequest()
+        rs = request.resource_spans.add()
+        rs.resource.attributes.extend([_kv("service.name", "support-bot"), _kv("service.version", "1.4.2"),
+                                       _kv("telemetry.sdk.language", "python")])
+        ss = rs.scope_spans.add()
+        ss.scope.name = "openinference.instrumentation.langchain"
+        for _ in range(traces_per_request):
+            ss.spans.extend(rag_trace(rng))
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
+# -- a discard OTLP/HTTP endpoint in its own process, so it does not share our core --
+
+def _discard_server(port: int) -> None:
+    from aiohttp import web
+
+    async def traces(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/traces", traces)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"discard endpoint on port {port} did not start")
+
+
+class _DecidingSink:
+    """Stands in for sampling/scoring: decides at once so held spans are released."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.not_sampled_total = 0
+
+    def submit(self, retrieval: Any) -> None:
+        self.submitted += 1
+        from collector.model import Decision
+
+        retrieval.on_decided(Decision.EVALUATED, {"gen_ai.evaluation.score.value": 0.5})
+
+    def not_sampled(self, service: str, count: int) -> None:
+        self.not_sampled_total += count
+
+
+def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
+    best = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for body in bodies:
+            ExportTraceServiceRequest().ParseFromString(body)
+        best = max(best, spans / (time.perf_counter() - t0))
+    return best
+
+
+async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
+    from collector.assembly.ingest import OtlpIngest
+    from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+    from collector.metrics.registry import Metrics
+    from collector.receivers.otlp_decode import decode_with_raw
+    from collector.sampling.sampler import Sampler
+
+    rates = []
+    details: dict[str, Any] = {}
+    for _ in range(rounds):
+        metrics = Metrics()
+        forwarder = SpanForwarder(ForwarderSettings(forward_url, max_queue_bytes=512 * 1024 * 1024), metrics=metrics)
+        await forwarder.start()
+        sink = _DecidingSink()
+        ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, forwarder=forwarder)
+        await ingest.start()
+        t0 = time.perf_counter()
+        for body in bodies:
+            request, raw = decode_with_raw(body, content_type="application/x-protobuf", content_encoding=None,
+                                           max_bytes=64 * 1024 * 1024)
+            await ingest.ingest(request, receiver="otlp_http", raw=raw)
+            await asyncio.sleep(0)  # let the forwarder's senders run, as a server's loop would
+        while forwarder.queued_bytes:
+            await asyncio.sleep(0.001)
+        elapsed = time.perf_counter() - t0
+        await ingest.stop(timeout_s=1.0)
+        await forwarder.stop()
+        rates.append(spans / elapsed)
+        dropped = sum(s.value for m in metrics.export_dropped.collect() for s in m.samples
+                      if s.name.endswith("_total"))
+        details = {"sampled_retrievals": sink.submitted, "not_sampled_retrievals": sink.not_sampled_total,
+                   "forward_dropped_spans": dropped}
+    return {"rate": max(rates), **details}
+
+
+def machine() -> dict[str, Any]:
+    return {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    args = parser.parse_args()
+    n_requests, rounds = (40, 2) if args.quick else (200, 4)
+    traces_per_request = 64
+    bodies = build_bodies(n_requests, traces_per_request)
+    spans = n_requests * traces_per_request * SPANS_PER_TRACE
+
+    port = free_port()
+    server = multiprocessing.get_context("spawn").Process(target=_discard_server, args=(port,), daemon=True)
+    server.start()
+    try:
+        wait_port(port)
+        baseline = bare_parse_rate(bodies, spans, rounds)
+        result = asyncio.run(ctxprec_rate(bodies, spans, rounds, f"http://127.0.0.1:{port}"))
+        baseline = max(baseline, bare_parse_rate(bodies, spans, rounds))  # before and after: fairest baseline
+    finally:
+        server.terminate()
+        server.join(5)
+    ratio = result["rate"] / baseline
+    avg_bytes = sum(map(len, bodies)) / spans
+    out = {
+        "benchmark": "ingest",
+        "quick": args.quick,
+        "machine": machine(),
+        "spans": spans,
+        "spans_per_request": traces_per_request * SPANS_PER_TRACE,
+        "avg_span_bytes": round(avg_bytes, 1),
+        "sample_rate": 0.01,
+        "forwarding": "span mode, OTLP/HTTP to a discard endpoint in another process",
+        "bare_parse_spans_per_s": round(baseline),
+        "ctxprec_spans_per_s": round(result["rate"]),
+        "ratio": round(ratio, 3),
+        "goal_ratio": 0.2,
+        "meets_goal": ratio >= 0.2,
+        **{k: v for k, v in result.items() if k != "rate"},
+    }
+    print(f"bare ParseFromString : {baseline:12,.0f} spans/s")
+    print(f"decode + OtlpIngest  : {result['rate']:12,.0f} spans/s  (sample rate 1%, forwarding on)")
+    print(f"ratio                : {ratio:.3f}  (goal >= 0.20)  avg span {avg_bytes:.0f} B")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

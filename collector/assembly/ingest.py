@@ -1,0 +1,412 @@
+"""OTLP spans -> sampled, assembled traces -> `Retrieval`s (and span-mode forwarding).
+
+The hot path is written for traffic that is 99% unsampled. Per span it reads the trace id and
+nothing else; the head decision (`keep_trace`) is made once per trace id per request. A request
+with no sampled trace is forwarded as the very bytes that came in, and its retrievals are
+counted as `not_sampled` by searching those bytes for the exact protobuf encoding of the
+OpenInference and GenAI retrieval markers (one `bytes.count` each, no attribute is decoded).
+Conventions that cannot be recognised from one byte pattern (OpenLLMetry events, the user
+mapping) fall back to decoding the unsampled spans, but only when their marker key occurs in the
+request at all.
+
+Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
+then the retrievals are extracted and handed to the `RetrievalSink`. In span mode, a sampled
+trace's retrieval spans are held back (removed from the forwarded request) until their
+retrieval is decided, then sent with the write-back attributes; a hold deadline sends them
+unscored if no decision comes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from collector.assembly.conventions import (
+    GENAI,
+    MAPPING,
+    OLLM_EVENT,
+    OPENINFERENCE,
+    OPENLLMETRY,
+    TRACELOOP_OUTPUT,
+    ConventionConfig,
+    Conventions,
+    Extracted,
+    _is_genai,
+    _is_openinference,
+)
+from collector.assembly.spans import service_name, set_attributes, span_record
+from collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
+from collector.metrics.registry import Metrics
+from collector.model import Decision, Retrieval
+
+log = logging.getLogger(__name__)
+
+# KeyValue{key="openinference.span.kind", value={string_value="RETRIEVER"}} as every OTLP
+# encoder writes it (field 1, then field 2), and the same for gen_ai.operation.name=retrieval.
+OPENINFERENCE_MARKER = b"\n\x17openinference.span.kind\x12\x0b\n\tRETRIEVER"
+GENAI_MARKER = b"\n\x15gen_ai.operation.name\x12\x0b\n\tretrieval"
+
+HOLD_EXPORTER = "span_hold"  # exported_spans{exporter="span_hold", outcome=scored|unscored|expired}
+
+_UNSAMPLED, _BUFFER, _LATE = 0, 1, 2
+
+
+class RetrievalSink(Protocol):
+    def submit(self, retrieval: Retrieval) -> None: ...
+    def not_sampled(self, service: str, count: int) -> None: ...
+
+
+class SpanOutput(Protocol):
+    """Where span mode sends spans (exporters/span_forwarder.SpanForwarder)."""
+
+    def forward_raw(self, body: bytes, spans: int) -> bool: ...
+
+
+@dataclass(slots=True)
+class IngestSettings:
+    conventions: ConventionConfig = field(default_factory=ConventionConfig)
+    buffer: BufferSettings = field(default_factory=BufferSettings)
+    hold_deadline_s: float = 60.0  # a held retrieval span goes out unscored after this
+    flush_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.hold_deadline_s <= 0:
+            raise ValueError(f"hold_deadline_s: must be positive, got {self.hold_deadline_s}")
+        if self.flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s: must be positive, got {self.flush_interval_s}")
+
+
+@dataclass(slots=True)
+class _Held:
+    resource: Resource
+    scope: InstrumentationScope
+    schema_url: str
+    span: Span
+    deadline: float
+
+
+class _Countdown:
+    """Releases the input acks of a trace once each of its retrievals is decided."""
+
+    __slots__ = ("remaining", "acks")
+
+    def __init__(self, remaining: int, acks: list[Any]) -> None:
+        self.remaining = remaining
+        self.acks = acks
+
+    def done_one(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            _release_all(self.acks)
+
+
+def _release_all(acks: list[Any]) -> None:
+    for ack in acks:
+        ack.release()
+
+
+class OtlpIngest:
+    def __init__(self, *, keep_trace: Callable[[bytes, str], bool], sink: RetrievalSink | None, metrics: Metrics,
+                 settings: IngestSettings | None = None, forwarder: SpanOutput | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`forwarder` set = span mode (every received span goes downstream)."""
+        self.settings = settings or IngestSettings()
+        self._keep = keep_trace
+        self._sink = sink
+        self._metrics = metrics
+        self._forwarder = forwarder
+        self._clock = clock
+        self.conventions = Conventions(self.settings.conventions)
+        self.buffer = TraceBuffer(self.settings.buffer, metrics=metrics, clock=clock)
+        self._max_chars = self.settings.conventions.max_attribute_chars
+        self._held: OrderedDict[tuple[bytes, bytes], _Held] = OrderedDict()
+        self._held_by_trace: dict[bytes, list[bytes]] = {}
+        self._received: dict[str, Any] = {}
+        self._task: asyncio.Task[None] | None = None
+        order = self.conventions.order
+        self._count_oi = OPENINFERENCE in order
+        self._count_genai = GENAI in order
+        slow: list[bytes] = []
+        if OPENLLMETRY in order:
+            slow += [OLLM_EVENT.encode(), TRACELOOP_OUTPUT.encode()]
+        if MAPPING in order and self.settings.conventions.mapping is not None:
+            slow.append(self.settings.conventions.mapping.query_key().encode())
+        self._slow_markers = tuple(slow)
+
+    @property
+    def span_mode(self) -> bool:
+        return self._forwarder is not None
+
+    @property
+    def held_count(self) -> int:
+        return len(self._held)
+
+    # -- the hot path --
+
+    async def ingest(self, request: ExportTraceServiceRequest, *, receiver: str, raw: bytes | None = None,
+                     ack: Any = None) -> None:
+        """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
+        has it (forwarded as is when nothing in it is held). In span mode the held retrieval
+        spans are removed from `request`."""
+        buffer = self.buffer
+        routes: dict[bytes, int] = {}
+        routed: list[tuple[int, Any, Any, str, int]] = []
+        total = 0
+        for ri, rs in enumerate(request.resource_spans):
+            service = service_name(rs.resource)
+            for ss in rs.scope_spans:
+                spans = ss.spans
+                total += len(spans)
+                for span in spans:
+                    trace_id = span.trace_id
+                    route = routes.get(trace_id)
+                    if route is None:
+                        if trace_id in buffer:
+                            route = _BUFFER
+                        elif buffer.is_decided(trace_id):
+                            route = _LATE
+                        elif self._keep(trace_id, service):
+                            route = self._check_trace_id(trace_id, receiver)
+                        else:
+                            route = _UNSAMPLED
+                        routes[trace_id] = route
+                    if route:
+                        routed.append((ri, ss, span, service, route))
+        counter = self._received.get(receiver)
+        if counter is None:
+            counter = self._received[receiver] = self._metrics.spans_received.labels(receiver=receiver)
+        counter.inc(total)
+        if total == 0:
+            return
+
+        data = raw
+        if data is None and (self._forwarder is not None or self._sink is not None):
+            data = request.SerializeToString()
+        held_spans = self._take_routed(request, routed, data, ack) if routed else 0
+        if not routed and self._sink is not None and data is not None:
+            self._count_not_sampled(request, data, {}, set())
+        if self._forwarder is not None and total > held_spans:
+            if held_spans:
+                data = request.SerializeToString()
+            assert data is not None
+            self._forwarder.forward_raw(data, total - held_spans)
+
+    def _check_trace_id(self, trace_id: bytes, receiver: str) -> int:
+        if len(trace_id) == 16 and any(trace_id):
+            return _BUFFER
+        # An empty or malformed id would merge unrelated spans into one "trace".
+        self._metrics.receiver_errors.labels(receiver=receiver, reason="invalid_trace_id").inc()
+        return _UNSAMPLED
+
+    def _take_routed(self, request: ExportTraceServiceRequest, routed: list[tuple[int, Any, Any, str, int]],
+                     data: bytes | None, ack: Any) -> int:
+        """Copies the spans of sampled traces into the buffer and holds their retrieval spans
+        (span mode). Returns the number of spans held (removed from `request`)."""
+        span_mode = self._forwarder is not None
+        fast_routed: dict[int, int] = {}
+        routed_ids: set[tuple[bytes, bytes]] = set()
+        to_remove: dict[int, tuple[Any, set[bytes]]] = {}
+        held = 0
+        now = self._clock()
+        for ri, ss, span, service, route in routed:
+            record = span_record(span, service, self._max_chars)
+            routed_ids.add((record.trace_id, record.span_id))
+            if (self._count_oi and _is_openinference(record)) or (self._count_genai and _is_genai(record)):
+                fast_routed[ri] = fast_routed.get(ri, 0) + 1
+            if route == _LATE:
+                self._metrics.late_spans.inc()
+                continue
+            self.buffer.add(record, ack)
+            if span_mode and self.conventions.match(record) is not None:
+                rs = request.resource_spans[ri]
+                copy = Span()
+                copy.CopyFrom(span)
+                key = (record.trace_id, record.span_id)
+                resource = Resource()
+                resource.CopyFrom(rs.resource)
+                scope = InstrumentationScope()
+                scope.CopyFrom(ss.scope)
+                self._held[key] = _Held(resource, scope, rs.schema_url, copy,
+                                        now + self.settings.hold_deadline_s)
+                self._held_by_trace.setdefault(record.trace_id, []).append(record.span_id)
+                to_remove.setdefault(id(ss), (ss, set()))[1].add(record.span_id)
+                held += 1
+        if self._sink is not None and data is not None:
+            self._count_not_sampled(request, data, fast_routed, routed_ids)
+        for ss, span_ids in to_remove.values():
+            spans = ss.spans
+            for index in range(len(spans) - 1, -1, -1):
+                if spans[index].span_id in span_ids:
+                    del spans[index]
+        return held
+
+    def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes, fast_routed: dict[int, int],
+                           routed_ids: set[tuple[bytes, bytes]]) -> None:
+        assert self._sink is not None
+        resources = request.resource_spans
+        if len(resources) == 1:
+            chunks = [(0, data)]
+        else:
+            if not self._any_marker(data):
+                return
+            chunks = [(ri, rs.SerializeToString()) for ri, rs in enumerate(resources)]
+        for ri, chunk in chunks:
+            oi = chunk.count(OPENINFERENCE_MARKER) if self._count_oi else 0
+            genai = chunk.count(GENAI_MARKER) if self._count_genai else 0
+            slow = (oi and genai) or any(marker in chunk for marker in self._slow_markers)
+            if slow:
+                count = self._scan_unsampled(resources[ri], routed_ids)
+            else:
+                count = oi + genai - fast_routed.get(ri, 0)
+            if count > 0:
+                self._sink.not_sampled(service_name(resources[ri].resource), count)
+
+    def _any_marker(self, data: bytes) -> bool:
+        if self._count_oi and OPENINFERENCE_MARKER in data:
+            return True
+        if self._count_genai and GENAI_MARKER in data:
+            return True
+        return any(marker in data for marker in self._slow_markers)
+
+    def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
+        service = service_name(rs.resource)
+        count = 0
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                if (span.trace_id, span.span_id) in routed_ids:
+                    continue
+                if self.conventions.match(span_record(span, service, 256)) is not None:
+                    count += 1
+        return count
+
+    # -- ready traces --
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._flush_loop(), name="otlp-ingest-flush")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Hands every buffered trace to the sink, waits up to `timeout_s` for held spans to be
+        decided, then sends the rest unscored."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for trace in self.buffer.pop_all():
+            self._finish(trace)
+        deadline = time.monotonic() + timeout_s
+        while self._held and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self._expire_holds(force=True)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.flush_interval_s)
+            try:
+                self.flush()
+            except Exception:  # one bad trace must not stop assembly for all the others
+                log.exception("trace assembly flush failed")
+
+    def flush(self) -> int:
+        """Processes ready traces and expired holds now; returns the number of traces handed out."""
+        traces = self.buffer.pop_ready()
+        for trace in traces:
+            self._finish(trace)
+        self._expire_holds()
+        return len(traces)
+
+    def _finish(self, trace: BufferedTrace) -> None:
+        try:
+            extracted = self.conventions.extract(trace.spans)
+        except Exception:
+            log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
+            extracted = []
+        held_ids = set(self._held_by_trace.pop(trace.trace_id, ()))
+        claimed: list[Extracted] = []
+        for item in extracted:
+            claimed.append(item)
+            held_ids.discard(item.span.span_id)
+        for span_id in held_ids:  # held at ingest but no retrieval came out of it
+            self.release_held(trace.trace_id, span_id, None)
+        if not claimed:
+            _release_all(trace.acks)
+            return
+        countdown = _Countdown(len(claimed), trace.acks)
+        for item in claimed:
+            if item.dropped_contexts:
+                self._metrics.contexts_dropped.inc(item.dropped_contexts)
+            retrieval = item.retrieval
+            retrieval.on_decided = self._on_decided_for(item.span.trace_id, item.span.span_id, countdown)
+            if self._sink is None:
+                retrieval.on_decided(Decision.FILTERED, None)
+                continue
+            try:
+                self._sink.submit(retrieval)
+            except Exception:
+                log.exception("retrieval sink refused trace %s span %s", retrieval.trace_id, retrieval.span_id)
+
+    def _on_decided_for(self, trace_id: bytes, span_id: bytes,
+                        countdown: _Countdown) -> Callable[..., None]:
+        fired = False
+
+        def on_decided(decision: Decision, attributes: dict[str, Any] | None = None) -> None:
+            nonlocal fired
+            if fired:
+                return
+            fired = True
+            if self._forwarder is not None:
+                self.release_held(trace_id, span_id, attributes)
+            countdown.done_one()
+
+        return on_decided
+
+    # -- held retrieval spans --
+
+    def release_held(self, trace_id: bytes | str, span_id: bytes | str,
+                     attributes: dict[str, Any] | None = None) -> bool:
+        """Sends a held retrieval span downstream, with `attributes` added. False if it is not
+        held (never was, or its hold deadline already sent it)."""
+        key = (_id_bytes(trace_id), _id_bytes(span_id))
+        held = self._held.pop(key, None)
+        if held is None:
+            return False
+        if attributes:
+            set_attributes(held.span, attributes)
+        self._send_held(held)
+        outcome = "scored" if attributes and "gen_ai.evaluation.score.value" in attributes else "unscored"
+        self._metrics.exported_spans.labels(exporter=HOLD_EXPORTER, outcome=outcome).inc()
+        return True
+
+    def _expire_holds(self, force: bool = False) -> None:
+        now = self._clock()
+        while self._held:
+            key, held = next(iter(self._held.items()))
+            if not force and held.deadline > now:
+                break
+            del self._held[key]
+            self._send_held(held)
+            self._metrics.exported_spans.labels(exporter=HOLD_EXPORTER, outcome="expired").inc()
+
+    def _send_held(self, held: _Held) -> None:
+        if self._forwarder is None:
+            return
+        request = ExportTraceServiceRequest()
+        rs = request.resource_spans.add()
+        rs.resource.CopyFrom(held.resource)
+        rs.schema_url = held.schema_url
+        ss = rs.scope_spans.add()
+        ss.scope.CopyFrom(held.scope)
+        ss.spans.append(held.span)
+        self._forwarder.forward_raw(request.SerializeToString(), 1)
+
+
+def _id_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else bytes.fromhex(value)

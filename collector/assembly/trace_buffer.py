@@ -1,0 +1,161 @@
+"""Assembly of sampled traces whose spans arrive in many batches (SPEC.md section 4).
+
+A trace is ready when its root span has arrived (OTLP carries ended spans only) and no span
+came for `quiet_s`, or `max_wait_s` after its first span. The buffer holds at most
+`max_traces` traces and about `max_bytes` bytes: past either, the oldest trace is handed out
+early (partial) and counted in `ctxprec_trace_evictions_total{reason}`. Ready and evicted traces
+go into a small LRU of decided trace ids, so a span that arrives after its trace was handed out
+is recognised as late instead of starting a new, partial trace.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from collector.assembly.spans import SpanRecord
+from collector.metrics.registry import Metrics
+
+EVICT_MAX_TRACES = "max_traces"
+EVICT_MAX_BYTES = "max_bytes"
+EVICT_SHUTDOWN = "shutdown"
+
+
+@dataclass(slots=True)
+class BufferedTrace:
+    trace_id: bytes
+    first_seen: float
+    last_seen: float
+    spans: list[SpanRecord] = field(default_factory=list)
+    root_seen: bool = False
+    size: int = 0
+    # Opaque per-input-message handles (PendingAck) that wait for this trace's decisions.
+    acks: list[Any] = field(default_factory=list)
+    evicted: str | None = None  # eviction reason when handed out early
+
+
+@dataclass(frozen=True, slots=True)
+class BufferSettings:
+    quiet_s: float = 2.0
+    max_wait_s: float = 30.0
+    max_traces: int = 10_000
+    max_bytes: int = 256 * 1024 * 1024
+    recent_decisions: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in ("quiet_s", "max_wait_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"trace buffer {name}: must not be negative")
+        for name in ("max_traces", "max_bytes", "recent_decisions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trace buffer {name}: must be at least 1")
+
+
+class TraceBuffer:
+    def __init__(self, settings: BufferSettings | None = None, *, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings or BufferSettings()
+        self._metrics = metrics
+        self._clock = clock
+        self._traces: OrderedDict[bytes, BufferedTrace] = OrderedDict()  # insertion = first-seen order
+        self._recent: OrderedDict[bytes, None] = OrderedDict()
+        self._bytes = 0
+        self._overflow: list[BufferedTrace] = []
+
+    # -- state --
+
+    def __len__(self) -> int:
+        return len(self._traces)
+
+    def __contains__(self, trace_id: bytes) -> bool:
+        return trace_id in self._traces
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def is_decided(self, trace_id: bytes) -> bool:
+        """True when the trace was already handed out (its later spans are late)."""
+        return trace_id in self._recent
+
+    # -- input --
+
+    def add(self, span: SpanRecord, ack: Any = None) -> BufferedTrace:
+        """Buffers `span` (the caller has checked `is_decided` first). `ack` is held by the trace
+        until it is handed out; the same ack is recorded once per trace."""
+        now = self._clock()
+        trace = self._traces.get(span.trace_id)
+        if trace is None:
+            trace = self._traces[span.trace_id] = BufferedTrace(span.trace_id, now, now)
+        trace.spans.append(span)
+        trace.last_seen = now
+        trace.size += span.size
+        self._bytes += span.size
+        if span.is_root:
+            trace.root_seen = True
+        if ack is not None and not any(a is ack for a in trace.acks):
+            ack.hold()
+            trace.acks.append(ack)
+        self._enforce_bounds(keep=span.trace_id)
+        self._update_gauges()
+        return trace
+
+    def _enforce_bounds(self, keep: bytes) -> None:
+        s = self.settings
+        while len(self._traces) > s.max_traces:
+            self._evict(EVICT_MAX_TRACES)
+        # The trace just added goes last among equals: evict older traces first, then itself
+        # if it alone is over the byte budget.
+        while self._bytes > s.max_bytes and self._traces:
+            self._evict(EVICT_MAX_BYTES)
+
+    def _evict(self, reason: str) -> None:
+        trace_id, trace = self._traces.popitem(last=False)
+        trace.evicted = reason
+        self._hand_out(trace)
+        self._overflow.append(trace)
+        if self._metrics is not None:
+            self._metrics.trace_evictions.labels(reason=reason).inc()
+
+    # -- output --
+
+    def pop_ready(self) -> list[BufferedTrace]:
+        """Traces that are complete (root seen and quiet) or waited long enough, plus any that
+        were evicted since the last call."""
+        now = self._clock()
+        s = self.settings
+        out, self._overflow = self._overflow, []
+        ready = [
+            trace_id for trace_id, trace in self._traces.items()
+            if (trace.root_seen and now - trace.last_seen >= s.quiet_s) or now - trace.first_seen >= s.max_wait_s
+        ]
+        for trace_id in ready:
+            trace = self._traces.pop(trace_id)
+            self._hand_out(trace)
+            out.append(trace)
+        if out:
+            self._update_gauges()
+        return out
+
+    def pop_all(self) -> list[BufferedTrace]:
+        """Everything, ready or not (shutdown)."""
+        out, self._overflow = self._overflow, []
+        while self._traces:
+            _, trace = self._traces.popitem(last=False)
+            self._hand_out(trace)
+            out.append(trace)
+        self._update_gauges()
+        return out
+
+    def _hand_out(self, trace: BufferedTrace) -> None:
+        self._bytes -= trace.size
+        self._recent[trace.trace_id] = None
+        self._recent.move_to_end(trace.trace_id)
+        while len(self._recent) > self.settings.recent_decisions:
+            self._recent.popitem(last=False)
+
+    def _update_gauges(self) -> None:
+        if self._metrics is not None:
+            self._metrics.traces_buffered.set(len(self._traces))
+            self._metrics.buffered_bytes.set(self._bytes)

@@ -1,0 +1,151 @@
+"""The `ctxprec` command. The subcommand is read first and only its module is imported, so that
+`ctxprec --help` (and every subcommand that does not need them) starts without loading litellm,
+grpc or the OpenTelemetry SDK.
+
+Each subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Every long flag
+also reads `CTXPREC_<FLAG>` from the environment (collector/cli_env.py); flags win."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from collector.cli_env import EnvError, apply_env_defaults, env_name, long_option
+
+PROG = "ctxprec"
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    module: str  # provides add_arguments(parser) and run(args) -> int
+    summary: str
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("serve", "collector.serve", "run the sidecar: OTLP/Kafka in, scores and metrics out"),
+    Subcommand("score", "scorer.batch", "score a JSONL file of RAG events, write score records"),
+    Subcommand("report", "scorer.report", "render score records as one self-contained HTML report"),
+    Subcommand("demo", "collector.demo", "a synthetic RAG app scored live, in the terminal"),
+    Subcommand("stub-judge", "collector.stub_judge", "an OpenAI-compatible deterministic judge for dry runs"),
+)
+_BY_NAME = {s.name: s for s in SUBCOMMANDS}
+
+_EPILOG = (
+    "Every flag can also be set in the environment as CTXPREC_<FLAG> "
+    "(e.g. CTXPREC_JUDGE_MODEL for --judge-model); flags win. "
+    f"Run '{PROG} COMMAND --help' for a command's flags."
+)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ctxprec")
+    except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
+        return "unknown"
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    commands = "\n".join(f"  {s.name:<11} {s.summary}" for s in SUBCOMMANDS)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [--version] COMMAND [ARGS]",
+        description="Score live RAG traffic with the context precision scorer.\n\ncommands:\n" + commands,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    return parser
+
+
+def _command_parser(sub: Subcommand) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog=f"{PROG} {sub.name}",
+        description=sub.summary[:1].upper() + sub.summary[1:] + ".",
+        epilog=_EPILOG,
+    )
+
+
+def _annotate_env(parser: argparse.ArgumentParser) -> None:
+    """Show each flag's environment variable in --help."""
+    for action in parser._actions:
+        option = long_option(action)
+        if option is None or isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        note = f"[env {env_name(option)}]"
+        action.help = f"{action.help} {note}" if action.help else note
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 2
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Top-level options, the command name (first non-option word) and its arguments."""
+    for i, word in enumerate(argv):
+        if not word.startswith("-"):
+            return list(argv[:i]), word, list(argv[i + 1 :])
+    return list(argv), None, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    top_args, name, rest = _split_command(args_in)
+    top = _top_parser()
+    if name is None:
+        top.parse_args(top_args)  # handles --help / --version (and exits)
+        top.print_usage(sys.stderr)
+        return _fail(f"a command is required: one of {', '.join(_BY_NAME)}")
+    if top_args:
+        try:
+            top.parse_args(top_args)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+    sub = _BY_NAME.get(name)
+    if sub is None:
+        return _fail(f"unknown command {name!r}; choose from {', '.join(_BY_NAME)}")
+
+    module = _load(sub)
+    if module is None:
+        return 2
+    parser = _command_parser(sub)
+    module.add_arguments(parser)
+    try:
+        apply_env_defaults(parser)
+    except EnvError as exc:
+        return _fail(str(exc))
+    _annotate_env(parser)
+    try:
+        args = parser.parse_args(rest)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG} {name}: interrupted\n")
+        return 130
+
+
+def _load(sub: Subcommand) -> Any | None:
+    try:
+        module = importlib.import_module(sub.module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (sub.module == exc.name or sub.module.startswith(exc.name + ".")):
+            _fail(f"'{sub.name}' is not available in this build ({sub.module} is not installed yet)")
+        else:
+            _fail(f"'{sub.name}' cannot start: it needs the Python module {exc.name!r}, which is not installed")
+        return None
+    missing = [fn for fn in ("add_arguments", "run") if not callable(getattr(module, fn, None))]
+    if missing:
+        _fail(f"'{sub.name}' is not available in this build ({sub.module} has no {' or '.join(missing)})")
+        return None
+    return module
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Score and failure -> span attributes (SPEC.md section 6), shared by the span and evaluator
+write-back modes so that both carry exactly the same keys."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from scorer.result import ScoreResult
+
+EVALUATION_NAME = "context_precision"
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerIdentity:
+    """What the attributes say about the scorer that produced a score."""
+
+    model: str
+    prompt_version: str
+    annotator_kind: str  # "LLM" | "CODE"
+    identifier: str  # engine.fingerprint
+    scale: float = 1.0
+    threshold: float = 0.5  # fraction of scale: normalized score >= threshold -> "high"
+
+    @classmethod
+    def of_engine(cls, engine: Any, *, threshold: float = 0.5) -> "ScorerIdentity":
+        return cls(
+            model=str(engine.model),
+            prompt_version=str(engine.prompt_version),
+            annotator_kind=str(engine.annotator_kind),
+            identifier=str(engine.fingerprint),
+            scale=float(engine.scale),
+            threshold=threshold,
+        )
+
+
+def score_label(result: ScoreResult, threshold: float) -> str:
+    return "high" if result.normalized_score >= threshold else "low"
+
+
+def _provenance(identity: ScorerIdentity, sample_rate: float, reference_kind: str | None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "ctxprec.judge.model": identity.model,
+        "ctxprec.prompt_version": identity.prompt_version,
+        "ctxprec.sample_rate": float(sample_rate),
+    }
+    if reference_kind:
+        attrs["ctxprec.reference_kind"] = reference_kind
+    return attrs
+
+
+def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, sample_rate: float) -> dict[str, Any]:
+    label = score_label(result, identity.threshold)
+    score = float(result.score)
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "gen_ai.evaluation.score.value": score,
+        "gen_ai.evaluation.score.label": label,
+        "gen_ai.evaluation.explanation": result.reason,
+        "evaluations.0.evaluation.name": EVALUATION_NAME,
+        "evaluations.0.evaluation.score": score,
+        "evaluations.0.evaluation.label": label,
+        "evaluations.0.evaluation.explanation": result.reason,
+        "evaluations.0.evaluation.annotator_kind": identity.annotator_kind,
+        "evaluations.0.evaluation.identifier": identity.identifier,
+        "ctxprec.verdicts": json.dumps([v.to_dict() for v in result.verdicts], ensure_ascii=False),
+        "ctxprec.precision_at_k": float(result.precision_at_k),
+        "ctxprec.hit": bool(result.hit),
+        "ctxprec.k": int(result.k),
+    }
+    # OTLP attributes cannot be null: no relevant item means the key is absent.
+    if result.first_relevant_rank is not None:
+        attrs["ctxprec.first_relevant_rank"] = int(result.first_relevant_rank)
+    attrs.update(_provenance(identity, sample_rate, result.reference_kind))
+    return attrs
+
+
+def failure_attributes(error_type: str, identity: ScorerIdentity, *, sample_rate: float) -> dict[str, Any]:
+    """A failed sample: `error.type` and provenance, never a score or a label."""
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "evaluations.0.evaluation.name": EVALUATION_NAME,
+        "evaluations.0.evaluation.annotator_kind": identity.annotator_kind,
+        "evaluations.0.evaluation.identifier": identity.identifier,
+        "error.type": error_type,
+    }
+    attrs.update(_provenance(identity, sample_rate, None))
+    return attrs

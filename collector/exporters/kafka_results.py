@@ -1,0 +1,127 @@
+"""Kafka results exporter: one score record (SPEC.md section 3) per decision `evaluated` or
+`failed`, as JSON, to `--kafka-results-topic`, keyed by trace id (a trace's records stay in one
+partition, in order). The record's `id` is the idempotency key and is also sent as the header
+`ctxprec.record_id`, so consumers can de-duplicate replays without parsing the value.
+
+`emit` never blocks (it is called by the scoring workers): records wait in a bounded queue that a
+sender task drains. A send that fails is retried with backoff — at-least-once, since the Kafka
+receiver's commits wait on `flush()` — and records are only dropped (and counted) when the queue
+is full. `flush()` returns once every record emitted before the call is on the broker.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from collector.metrics.registry import Metrics
+from collector.receivers.kafka_config import KafkaSettings
+from collector.receivers.kafka_offsets import SequenceTracker
+
+log = logging.getLogger(__name__)
+
+EXPORTER = "kafka_results"
+# A record waits for delivery this many at a time; aiokafka batches them per partition.
+MAX_IN_FLIGHT = 1000
+
+
+class KafkaResultsExporter:
+    def __init__(self, settings: KafkaSettings, metrics: Metrics, *, queue_size: int = 10_000,
+                 producer: AIOKafkaProducer | None = None) -> None:
+        if not settings.results_topic:
+            raise ValueError("kafka_results_topic: required for the Kafka results exporter")
+        self.topic = settings.results_topic
+        self.settings = settings
+        self.metrics = metrics
+        self._producer = producer
+        self._own_producer = producer is None
+        self._queue: asyncio.Queue[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = asyncio.Queue(queue_size)
+        self._seq = SequenceTracker()
+        self._changed = asyncio.Condition()
+        self._sender: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self.sent = 0
+        self.dropped = 0
+
+    async def start(self) -> None:
+        if self._producer is None:
+            s = self.settings
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-results", acks="all",
+                linger_ms=5, **s.security.client_options())
+            await self._producer.start()
+        self._sender = asyncio.create_task(self._run(), name="kafka-results")
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Deliver what is queued (within `timeout_s`), then close the producer."""
+        try:
+            await asyncio.wait_for(self.flush(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("kafka results: %d records not delivered at shutdown", self._seq.outstanding)
+        if self._sender is not None:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+            self._sender = None
+        for task in list(self._deliveries):
+            task.cancel()
+        await asyncio.gather(*self._deliveries, return_exceptions=True)
+        if self._own_producer and self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    # -- ResultSink -------------------------------------------------------------------------------
+
+    def emit(self, outcome: Any) -> None:
+        record: dict[str, Any] = outcome.record
+        key = str(record.get("trace_id") or "").encode()
+        value = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = [("ctxprec.record_id", str(record.get("id") or "").encode())]
+        if self._queue.full():
+            self.dropped += 1
+            self.metrics.export_dropped.labels(exporter=EXPORTER, reason="queue_full").inc()
+            log.warning("kafka results queue full; record %s dropped", record.get("id"))
+            return
+        seq = self._seq.issue()
+        self._queue.put_nowait((seq, key or b"", value, headers))
+
+    async def flush(self) -> None:
+        """Wait until every record emitted so far has been delivered."""
+        mark = self._seq.issued
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._seq.all_done_below(mark))
+
+    # -- delivery -------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            await self._slots.acquire()
+            task = asyncio.create_task(self._deliver(item))
+            self._deliveries.add(task)
+            task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]]) -> None:
+        seq, key, value, headers = item
+        backoff = 0.2
+        try:
+            while True:
+                assert self._producer is not None
+                try:
+                    await self._producer.send_and_wait(self.topic, value, key=key or None, headers=headers)
+                    break
+                except KafkaError as exc:
+                    # Broker away or the topic not there yet: keep the record, try again.
+                    log.warning("kafka results send failed (%s); retrying in %.1fs", exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(5.0, backoff * 2)
+            self.sent += 1
+        finally:
+            self._slots.release()
+            self._seq.done(seq)
+            async with self._changed:
+                self._changed.notify_all()

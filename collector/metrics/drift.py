@@ -1,0 +1,153 @@
+"""Precision drift: a sequential change detector per service, and the metrics sink that feeds it.
+
+The detector is a two-sided CUSUM on the normalised score stream, measured against a slowly
+moving EWMA baseline:
+
+- warm-up: the first `warmup` scores only estimate the baseline mean and spread (no alarm);
+- then scores are averaged in blocks of `batch` (single MAP scores are far from normal: mostly
+  1.0 with a heavy tail of zeros; block means behave) and each block mean m adds
+  (baseline - m) - k to the "down" sum and (m - baseline) - k to the "up" sum (both floored at
+  0), with k = `slack` spreads of a block mean; the alarm rises when a sum passes h =
+  `threshold` spreads;
+- hysteresis: once alarmed, it clears only when both sums fall below h * `clear_ratio`. The sums
+  are capped at 2h so that a long alarm can clear in bounded time;
+- the baseline keeps moving (EWMA, `baseline_alpha`), slowly, so a lasting new level becomes the
+  new normal after a few hundred scores and the alarm then clears.
+
+Scores are noisy per retrieval (MAP over a handful of contexts), so the spread is estimated and
+floored at `min_sigma`: k and h scale with it and the false-alarm rate stays low on stable data.
+"""
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from collector.metrics.registry import Metrics, rank_label
+from collector.model import Decision
+
+if TYPE_CHECKING:
+    from collector.scoring.workers import ScoreOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class DriftSettings:
+    warmup: int = 100
+    baseline_alpha: float = 0.005
+    recent_alpha: float = 0.1
+    batch: int = 8  # scores averaged per CUSUM step
+    slack: float = 0.75  # k, in spreads
+    threshold: float = 8.0  # h, in spreads
+    clear_ratio: float = 0.25
+    min_sigma: float = 0.05
+
+
+class DriftDetector:
+    def __init__(self, settings: DriftSettings | None = None) -> None:
+        self.settings = settings or DriftSettings()
+        self.count = 0
+        self.baseline = 0.0
+        self.variance = 0.0
+        self.recent = 0.0
+        self.down = 0.0
+        self.up = 0.0
+        self.alarmed = False
+        self._m2 = 0.0  # Welford sum of squares during warm-up
+        self._block_sum = 0.0
+        self._block_n = 0
+
+    @property
+    def sigma(self) -> float:
+        return max(self.settings.min_sigma, math.sqrt(max(0.0, self.variance)))
+
+    @property
+    def warmed_up(self) -> bool:
+        return self.count >= self.settings.warmup
+
+    def update(self, x: float) -> bool:
+        """Feed one score on 0..1; returns whether the detector is alarmed after it."""
+        s = self.settings
+        self.count += 1
+        if self.count == 1:
+            self.recent = x
+        else:
+            self.recent += s.recent_alpha * (x - self.recent)
+        if self.count <= s.warmup:
+            delta = x - self.baseline
+            self.baseline += delta / self.count
+            self._m2 += delta * (x - self.baseline)
+            self.variance = self._m2 / self.count
+            return False
+
+        deviation = x - self.baseline
+        self._block_sum += x
+        self._block_n += 1
+        if self._block_n >= s.batch:
+            mean = self._block_sum / self._block_n
+            self._block_sum, self._block_n = 0.0, 0
+            self._step(mean - self.baseline, self.sigma / math.sqrt(s.batch))
+        self.baseline += s.baseline_alpha * deviation
+        self.variance += s.baseline_alpha * (deviation * deviation - self.variance)
+        return self.alarmed
+
+    def _step(self, deviation: float, sigma: float) -> None:
+        s = self.settings
+        k, h = s.slack * sigma, s.threshold * sigma
+        self.down = min(2 * h, max(0.0, self.down - deviation - k))
+        self.up = min(2 * h, max(0.0, self.up + deviation - k))
+        if not self.alarmed and (self.down > h or self.up > h):
+            self.alarmed = True
+        elif self.alarmed and self.down < h * s.clear_ratio and self.up < h * s.clear_ratio:
+            self.alarmed = False
+
+
+class DriftMonitor:
+    """One detector per (capped) service label, mirrored into the precision gauges."""
+
+    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None) -> None:
+        self.metrics = metrics
+        self.settings = settings or DriftSettings()
+        self.detectors: dict[str, DriftDetector] = {}
+
+    def update(self, service_label: str, score: float) -> bool:
+        detector = self.detectors.get(service_label)
+        if detector is None:
+            detector = self.detectors[service_label] = DriftDetector(self.settings)
+        alarmed = detector.update(score)
+        if self.metrics is not None:
+            self.metrics.precision_recent.labels(service=service_label).set(detector.recent)
+            if detector.warmed_up:
+                self.metrics.precision_baseline.labels(service=service_label).set(detector.baseline)
+            self.metrics.precision_drift.labels(service=service_label).set(1 if alarmed else 0)
+        return alarmed
+
+
+class MetricsSink:
+    """A `ResultSink`: score histograms, per-rank relevance, score delay and drift."""
+
+    def __init__(self, metrics: Metrics, drift: DriftMonitor | None = None) -> None:
+        self.metrics = metrics
+        self.drift = drift if drift is not None else DriftMonitor(metrics)
+
+    def emit(self, outcome: "ScoreOutcome") -> None:
+        m = self.metrics
+        r = outcome.retrieval
+        if r.end_time_unix_nano:
+            delay = outcome.scored_at - r.end_time_unix_nano / 1e9
+            if delay >= 0:
+                m.score_delay.observe(delay)
+        result = outcome.result
+        if outcome.decision is not Decision.EVALUATED or result is None:
+            return
+        service = m.service(r.service)
+        retriever = m.retriever(r.retriever)
+        score = result.normalized_score
+        m.context_precision.labels(service=service, retriever=retriever).observe(score)
+        m.precision_at_k.labels(service=service, retriever=retriever).observe(result.precision_at_k)
+        for verdict in result.verdicts:
+            m.rank_judged.labels(service=service, rank=rank_label(verdict.index + 1),
+                                 relevant="true" if verdict.relevant else "false").inc()
+        self.drift.update(service, score)
+
+

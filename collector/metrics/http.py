@@ -1,0 +1,115 @@
+"""`/metrics`, `/healthz` and `/readyz` on one port (SPEC.md section 7).
+
+Readiness is a list of named async checks (receivers listening, judge reachable); `/readyz`
+answers 200 only when every one passes, and its body says which failed."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from collector.metrics.registry import Metrics
+
+log = logging.getLogger(__name__)
+
+ReadyCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class NamedCheck:
+    name: str
+    check: ReadyCheck
+
+
+class JudgeReachable:
+    """Cheap reachability of the judge: the local judge always is; an `api_base` must accept a TCP
+    connection (no request, so no tokens spent); a hosted provider without `api_base` is taken as
+    reachable (checking it would cost a request). Cached for `ttl_s`."""
+
+    def __init__(self, model: str, api_base: str | None, *, ttl_s: float = 5.0, timeout_s: float = 1.0) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.ttl_s = ttl_s
+        self.timeout_s = timeout_s
+        self._at = float("-inf")
+        self._ok = False
+
+    async def __call__(self) -> bool:
+        if self.model == "local" or not self.api_base:
+            return True
+        now = time.monotonic()
+        if now - self._at < self.ttl_s:
+            return self._ok
+        parts = urlsplit(self.api_base)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+            writer.close()
+            self._ok = True
+        except (OSError, asyncio.TimeoutError):
+            self._ok = False
+        self._at = now
+        return self._ok
+
+
+class MetricsServer:
+    def __init__(self, metrics: Metrics, *, host: str = "0.0.0.0", port: int = 9464) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self.checks: list[NamedCheck] = []
+        self._runner: web.AppRunner | None = None
+
+    def add_check(self, name: str, check: ReadyCheck) -> None:
+        self.checks.append(NamedCheck(name, check))
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server  # aiohttp exposes the bound port only here
+        if server is not None and server.sockets:  # type: ignore[union-attr]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        failing: list[str] = []
+        for named in self.checks:
+            try:
+                ok = await named.check()
+            except Exception:
+                log.exception("readiness check %s raised", named.name)
+                ok = False
+            if not ok:
+                failing.append(named.name)
+        if failing:
+            return web.Response(status=503, text="not ready: " + ", ".join(failing) + "\n")
+        return web.Response(text="ready\n")

@@ -1,0 +1,234 @@
+"""Wires the sidecar (SPEC.md section 1), in the shape of an OpenTelemetry Collector pipeline:
+
+    receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
+    -> scoring (ScoringWorkers) -> result sinks (metrics + drift, evaluator spans, Kafka results)
+                                 -> span write-back (held spans released through the forwarder)
+
+`Pipeline` owns start and stop order. Stopping is graceful: inputs close first, buffered traces
+are handed to scoring, scoring drains until the shutdown deadline, and only then do the exporters
+flush and close, so every retrieval taken in gets its decision.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from collector.config import ServeConfig
+from collector.exporters.attributes import ScorerIdentity
+from collector.metrics.drift import DriftMonitor, MetricsSink
+from collector.metrics.http import JudgeReachable, MetricsServer
+from collector.metrics.judge import JudgeMetricsObserver
+from collector.metrics.registry import Metrics
+from collector.sampling.decide import DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket
+from collector.sampling.sampler import Sampler
+from collector.scoring.workers import ResultSink, ScoringWorkers
+from scorer.engine import build_engine
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+
+
+class Pipeline:
+    def __init__(self, config: ServeConfig, *, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics(max_services=config.max_services, max_retrievers=config.max_retrievers,
+                                          version=VERSION)
+        self.engine = build_engine(config.judge, scale=config.scale, observer=JudgeMetricsObserver(self.metrics))
+        self.identity = ScorerIdentity.of_engine(self.engine, threshold=config.threshold)
+        self.sampler = Sampler(config.sample_rate, config.sampling_rules)
+        self.recorder = DecisionRecorder(self.metrics)
+        self.budget = DailyBudget(config.daily_budget_usd) if config.daily_budget_usd else None
+        self.drift = DriftMonitor(self.metrics, config.drift)
+        self.workers = ScoringWorkers(self.engine, recorder=self.recorder, identity=self.identity,
+                                      sinks=[MetricsSink(self.metrics, self.drift)], queue_size=config.queue_size,
+                                      workers=config.workers, metrics=self.metrics, budget=self.budget)
+        self.gate = RetrievalGate(
+            sampler=self.sampler, queue=self.workers, recorder=self.recorder,
+            throttle=TokenBucket(config.max_scores_per_minute) if config.max_scores_per_minute else None,
+            budget=self.budget,
+            rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024)) if config.max_rss_mb else None,
+            recent=RecentKeys(config.duplicate_window_s))
+
+        self.forwarder: Any = None  # span mode: exporters.span_forwarder.SpanForwarder
+        self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
+        self._build_write_back()
+        self.ingest = self._build_ingest()
+        self.receivers: list[Any] = self._build_otlp_receivers()
+        # Kafka: an optional receiver and its results producer (another ResultSink).
+        self.kafka_receiver: Any = None
+        self.kafka_results: Any = None
+        self._build_kafka()
+        self.metrics_server: MetricsServer | None = None
+        if config.metrics_listen is not None:
+            host, port = config.metrics_listen
+            self.metrics_server = MetricsServer(self.metrics, host=host, port=port)
+            self._add_ready_checks(self.metrics_server)
+        self._started = False
+
+    # -- assembly of the parts --
+
+    def add_sink(self, sink: ResultSink) -> None:
+        """Extra result sinks (e.g. an embedding app's own); they get every evaluated/failed outcome."""
+        self.workers.add_sink(sink)
+
+    def _build_write_back(self) -> None:
+        c = self.config
+        if c.forward_to is None:
+            return
+        if c.write_back == "span":
+            from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+
+            self.forwarder = SpanForwarder(
+                ForwarderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
+                                  key_file=c.forward_key_file), metrics=self.metrics)
+        else:
+            from collector.exporters.evaluator import EvaluatorExporter
+
+            self.evaluator = EvaluatorExporter(c.forward_to, metrics=self.metrics, ca_file=c.forward_ca_file,
+                                               cert_file=c.forward_cert_file, key_file=c.forward_key_file,
+                                               version=VERSION)
+            self.add_sink(self.evaluator)
+
+    def _build_ingest(self) -> Any:
+        from collector.assembly.ingest import IngestSettings, OtlpIngest
+        from collector.assembly.trace_buffer import BufferSettings
+
+        c = self.config
+        settings = IngestSettings(
+            conventions=c.conventions, hold_deadline_s=c.hold_deadline_s,
+            buffer=BufferSettings(quiet_s=c.quiet_period_s, max_wait_s=c.max_wait_s, max_traces=c.max_traces,
+                                  max_bytes=c.max_buffer_bytes))
+        return OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
+                          settings=settings, forwarder=self.forwarder)
+
+    def _receiver_security(self) -> Any:
+        from collector.receivers.otlp_security import ReceiverSecurity
+
+        c = self.config
+        return ReceiverSecurity(bearer_token=c.receiver_auth_token, tls_cert_file=c.receiver_tls_cert,
+                                tls_key_file=c.receiver_tls_key)
+
+    def _build_otlp_receivers(self) -> list[Any]:
+        c = self.config
+        receivers: list[Any] = []
+        if c.otlp_grpc is None and c.otlp_http is None:
+            return receivers
+        security = self._receiver_security()
+        if c.otlp_grpc is not None:
+            from collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
+
+            host, port = c.otlp_grpc
+            receivers.append(OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=GrpcReceiverSettings(
+                host=host, port=port, max_bytes=c.max_request_bytes, security=security)))
+        if c.otlp_http is not None:
+            from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+
+            host, port = c.otlp_http
+            receivers.append(OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=HttpReceiverSettings(
+                host=host, port=port, max_bytes=c.max_request_bytes, security=security)))
+        return receivers
+
+    def _build_kafka(self) -> None:
+        settings = self.config.kafka
+        if settings is None:
+            return
+        from collector.receivers.kafka import KafkaReceiver
+
+        barrier = None
+        if settings.results_topic:
+            from collector.exporters.kafka_results import KafkaResultsExporter
+
+            self.kafka_results = KafkaResultsExporter(settings, self.metrics)
+            self.add_sink(self.kafka_results)
+            barrier = self.kafka_results.flush
+        ingest = None if settings.format == "rag_event" else self.ingest
+        self.kafka_receiver = KafkaReceiver(settings, sink=self.gate, metrics=self.metrics, ingest=ingest,
+                                            commit_barrier=barrier)
+
+    def _add_ready_checks(self, server: MetricsServer) -> None:
+        for receiver in self.receivers:
+            name = type(receiver).__name__
+
+            async def listening(r: Any = receiver) -> bool:
+                return bool(r.listening)
+
+            server.add_check(name, listening)
+        if self.kafka_receiver is not None:
+            async def kafka_ready() -> bool:
+                return bool(self.kafka_receiver.ready)
+
+            server.add_check("kafka", kafka_ready)
+        server.add_check("judge", JudgeReachable(self.config.judge.model, self.config.judge.api_base))
+
+    # -- lifecycle --
+
+    @property
+    def otlp_grpc_port(self) -> int | None:
+        return next((r.port for r in self.receivers if type(r).__name__ == "OtlpGrpcReceiver"), None)
+
+    @property
+    def otlp_http_port(self) -> int | None:
+        return next((r.port for r in self.receivers if type(r).__name__ == "OtlpHttpReceiver"), None)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.metrics_server.url if self.metrics_server is not None else None
+
+    async def start(self) -> None:
+        """Exporters and scoring first, inputs last: nothing is accepted before it can be handled."""
+        try:
+            await self.workers.start()
+            if self.forwarder is not None:
+                await self.forwarder.start()
+            if self.kafka_results is not None:
+                await self.kafka_results.start()
+            await self.ingest.start()
+            for receiver in self.receivers:
+                await receiver.start()
+            if self.kafka_receiver is not None:
+                await self.kafka_receiver.start()
+            if self.metrics_server is not None:
+                await self.metrics_server.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._started = True
+
+    async def stop(self) -> None:
+        timeout = self.config.shutdown_timeout_s
+        deadline = time.monotonic() + timeout
+        for receiver in self.receivers:
+            await _quietly(receiver.stop(), f"stopping {type(receiver).__name__}")
+        if self.kafka_receiver is not None:
+            await _quietly(self.kafka_receiver.stop(), "stopping the Kafka receiver")
+        # Buffered traces go to scoring now; held spans wait for their scores until the deadline.
+        await _quietly(self.ingest.stop(max(0.0, deadline - time.monotonic())), "stopping trace assembly")
+        await _quietly(self.workers.aclose(max(0.0, deadline - time.monotonic())), "stopping the scoring workers")
+        self.gate.closed = True
+        if self.kafka_results is not None:
+            await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")
+        if self.evaluator is not None:
+            await _quietly(self.evaluator.stop(), "flushing evaluator spans")
+        if self.forwarder is not None:
+            await _quietly(self.forwarder.stop(), "flushing forwarded spans")
+        await _quietly(self.engine.aclose(), "closing the judge client")
+        if self.metrics_server is not None:
+            await _quietly(self.metrics_server.stop(), "stopping the metrics server")
+        self._started = False
+
+    async def __aenter__(self) -> "Pipeline":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def _quietly(awaitable: Any, what: str) -> None:
+    """Shutdown goes on past a part that fails to stop; the failure is logged."""
+    try:
+        await awaitable
+    except Exception:
+        log.exception("error while %s", what)

@@ -1,0 +1,392 @@
+"""The Kafka receiver (SPEC.md section 9): an aiokafka consumer in a consumer group that hands each
+message to the pipeline and commits, per partition, only up to the lowest message whose samples
+have not all reached a decision (at-least-once; score records carry an idempotency key, so a
+replay after a crash is harmless downstream).
+
+Per message: a `PendingAck` whose completion marks the offset done in the partition's ledger
+(`kafka_offsets.PartitionOffsets`). OTLP formats go through `OtlpIngest.ingest(..., ack=...)`,
+which holds the ack for every retrieval or buffered trace it takes on; `rag_event` messages become
+one `Retrieval` whose `on_decided` releases the ack. The ack is sealed once the message is handed
+over, so a message with nothing to score is done at once.
+
+- Back-pressure: a partition with `max_undone_per_partition` messages not yet done is paused and
+  resumed at half that, so a slow judge bounds memory instead of growing it.
+- Rebalance: on revocation the receiver stops handing over that partition's messages, waits
+  briefly for what is in flight to be decided (fewer replays for the next owner), commits, and
+  drops the partition's ledger; late completions land on the dropped ledger and are ignored.
+- Poison: a message that cannot be decoded goes to the dead-letter topic (`kafka_dlq`), and its
+  offset counts as done once the dead letter is written: it never stalls the partition.
+- `commit_barrier` (e.g. the results producer's flush) runs before each commit, so an offset is
+  committed only after the score records of the messages below it reached the broker.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from collector.metrics.registry import Metrics
+from collector.model import PendingAck
+from collector.receivers.kafka_config import KafkaSettings
+from collector.receivers.kafka_dlq import DeadLetterWriter
+from collector.receivers.kafka_messages import (
+    MessageError, check_size, decode_otlp, decode_rag_event, retrieval_from_event)
+from collector.receivers.kafka_offsets import PartitionOffsets
+
+log = logging.getLogger(__name__)
+
+RECEIVER = "kafka"
+FETCH_TIMEOUT_MS = 100
+MAX_RECORDS_PER_FETCH = 500
+REVOKE_DRAIN_S = 5.0
+LAG_INTERVAL_S = 0.5
+
+
+class Ingest(Protocol):
+    def ingest(self, request: Any, *, receiver: str, raw: bytes | None = None, ack: PendingAck | None = None) -> Any: ...
+
+
+class RetrievalSink(Protocol):
+    def submit(self, retrieval: Any) -> None: ...
+
+
+@dataclass(slots=True)
+class _Partition:
+    tp: TopicPartition
+    offsets: PartitionOffsets = field(default_factory=PartitionOffsets)
+    paused: bool = False
+
+
+class KafkaReceiver:
+    def __init__(self, settings: KafkaSettings, *, sink: RetrievalSink, metrics: Metrics,
+                 ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None) -> None:
+        if settings.format != "rag_event" and ingest is None:
+            raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
+        self.settings = settings
+        self.sink = sink
+        self.ingest = ingest
+        self.metrics = metrics
+        self.commit_barrier = commit_barrier
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._dlq: DeadLetterWriter | None = None
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._dlq_tasks: set[asyncio.Task[None]] = set()
+        self._commit_lock = asyncio.Lock()
+        self._progress = asyncio.Event()  # set whenever some message is done
+        self._stopping = False
+        self._last_commit = 0.0
+        self._last_lag = 0.0
+        self.handed_over = 0  # messages handed to the pipeline (for benchmarks and tests)
+        self.dead_lettered = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._partitions)
+
+    async def start(self) -> None:
+        s = self.settings
+        common = dict(bootstrap_servers=s.bootstrap_servers, client_id=s.client_id, **s.security.client_options())
+        consumer = AIOKafkaConsumer(
+            group_id=s.group, enable_auto_commit=False, auto_offset_reset=s.auto_offset_reset,
+            session_timeout_ms=s.session_timeout_ms, heartbeat_interval_ms=s.heartbeat_interval_ms,
+            # The coordinator waits this long for members to rejoin; our revocation drain is short.
+            rebalance_timeout_ms=max(s.session_timeout_ms, int(REVOKE_DRAIN_S * 1000) + 5_000),
+            max_partition_fetch_bytes=max(1024 * 1024, s.max_message_bytes + 1024),
+            fetch_max_bytes=max(50 * 1024 * 1024, s.max_message_bytes + 1024), **common)
+        consumer.subscribe([s.topic], listener=_Rebalance(self))
+        dlq_topic = s.dead_letter_topic
+        producer = None
+        if dlq_topic:
+            producer = AIOKafkaProducer(acks="all", max_request_size=max(1024 * 1024, 2 * s.max_message_bytes),
+                                        **common)
+        try:
+            if producer is not None:
+                await producer.start()
+            await consumer.start()
+        except BaseException:
+            if producer is not None:
+                await producer.stop()
+            await consumer.stop()
+            raise
+        self._consumer, self._producer = consumer, producer
+        self._dlq = DeadLetterWriter(producer, dlq_topic, self.metrics)
+        self._last_commit = time.monotonic()
+        self._task = asyncio.create_task(self._run(), name="kafka-receiver")
+        log.info("kafka receiver reading %s (format %s, group %s) from %s", s.topic, s.format, s.group, s.bootstrap)
+
+    async def stop(self) -> None:
+        """Stop reading, give in-flight messages `shutdown_drain_s` to be decided, commit, leave."""
+        if self._consumer is None:
+            return
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        deadline = time.monotonic() + self.settings.shutdown_drain_s
+        while self._undone() and time.monotonic() < deadline:
+            await self._wait_progress(deadline - time.monotonic())
+        if self._dlq_tasks:
+            await asyncio.wait(self._dlq_tasks, timeout=max(0.1, deadline - time.monotonic()))
+        await self._commit(force=True)
+        left = self._undone()
+        if left:
+            log.warning("kafka receiver stopped with %d messages not yet decided; they will be read again", left)
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        try:
+            await consumer.stop()
+        finally:
+            if producer is not None:
+                await producer.stop()
+
+    # -- the read loop ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
+        consumer = self._consumer
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                batch = await consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_RECORDS_PER_FETCH)
+                for tp, records in batch.items():
+                    self._hand_over_batch(tp, records)
+                self._flow_control()
+                if time.monotonic() - self._last_lag >= LAG_INTERVAL_S:
+                    self._last_lag = time.monotonic()
+                    await self._update_lag()
+                if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
+                    await self._commit()
+                backoff = 0.1
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                # Broker gone or the group in flux: aiokafka reconnects; keep trying.
+                log.warning("kafka receiver: %s; retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+            except Exception:
+                log.exception("kafka receiver loop failed; retrying in %.1fs", backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+
+    def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        high = self.settings.max_undone_per_partition
+        messages = self.metrics.kafka_messages.labels(format=self.settings.format)
+        for i, record in enumerate(records):
+            part = self._partitions.get(tp)
+            if part is None or part.offsets.revoked:
+                return  # revoked while this batch was in hand: the new owner reads it
+            if part.offsets.undone >= high:
+                # Full: rewind to the first message not handed over and pause until it drains,
+                # so the bound holds whatever the fetch size.
+                assert self._consumer is not None
+                try:
+                    self._consumer.seek(tp, record.offset)
+                except IllegalStateError:
+                    return
+                self._pause(part)
+                return
+            self._hand_over(part, record)
+            messages.inc()
+
+    def _pause(self, part: _Partition) -> None:
+        assert self._consumer is not None
+        if not part.paused:
+            part.paused = True
+            try:
+                self._consumer.pause(part.tp)
+            except IllegalStateError:
+                pass
+
+    def _hand_over(self, part: _Partition, record: ConsumerRecord) -> None:
+        offsets = part.offsets
+        offset = record.offset
+        offsets.track(offset)
+        ack = PendingAck(lambda: self._done(offsets, offset))
+        self.handed_over += 1
+        try:
+            value = check_size(record.value, self.settings.max_message_bytes)
+            if self.settings.format == "rag_event":
+                event = decode_rag_event(value)
+                retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
+                ack.hold()
+                retrieval.on_decided = lambda decision, attributes=None: ack.release()
+                self.sink.submit(retrieval)
+            else:
+                request = decode_otlp(value, self.settings.format, self.settings.max_message_bytes)
+                assert self.ingest is not None
+                result = self.ingest.ingest(request, receiver=RECEIVER, raw=None, ack=ack)
+                if inspect.isawaitable(result):
+                    # An async ingest finishes in its own task; the ack is sealed when it has.
+                    task = asyncio.ensure_future(result)
+                    task.add_done_callback(lambda t: self._after_async_ingest(t, part, record, ack))
+                    return
+        except MessageError as exc:
+            self._dead_letter(part, record, ack, exc.reason, exc.message)
+            return
+        except Exception as exc:  # the pipeline refused it: dead-letter rather than stall
+            log.exception("kafka message %s[%d]@%d could not be handed over", record.topic, record.partition, offset)
+            self._dead_letter(part, record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
+            return
+        ack.seal()
+
+    def _after_async_ingest(self, task: "asyncio.Future[Any]", part: _Partition, record: ConsumerRecord,
+                            ack: PendingAck) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self._dead_letter(part, record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
+            return
+        ack.seal()
+
+    def _dead_letter(self, part: _Partition, record: ConsumerRecord, ack: PendingAck, reason: str, error: str) -> None:
+        """Copy the message to the dead-letter topic; its offset is done once that is written."""
+        assert self._dlq is not None
+        log.warning("kafka message %s[%d]@%d dead-lettered (%s): %s",
+                    record.topic, record.partition, record.offset, reason, error[:300])
+        self.dead_lettered += 1
+        ack.hold()
+        ack.seal()
+
+        async def send() -> None:
+            try:
+                await self._dlq.send(  # type: ignore[union-attr]
+                    key=record.key, value=record.value, headers=list(record.headers or ()),
+                    source_topic=record.topic, partition=record.partition, offset=record.offset,
+                    reason=reason, error=error)
+            finally:
+                ack.release()
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._dlq_tasks.add(task)
+        task.add_done_callback(self._dlq_tasks.discard)
+
+    def _done(self, offsets: PartitionOffsets, offset: int) -> None:
+        offsets.done(offset)
+        self._progress.set()
+
+    # -- back-pressure, lag, commits ------------------------------------------------------------
+
+    def _flow_control(self) -> None:
+        """Pause partitions at the bound, resume them once half of it has drained."""
+        assert self._consumer is not None
+        high = self.settings.max_undone_per_partition
+        low = high // 2
+        for part in self._partitions.values():
+            undone = part.offsets.undone
+            if not part.paused and undone >= high:
+                self._pause(part)
+            elif part.paused and undone <= low:
+                part.paused = False
+                try:
+                    self._consumer.resume(part.tp)
+                except IllegalStateError:
+                    pass  # revoked in between; the next assignment starts unpaused
+
+    async def _update_lag(self) -> None:
+        """`ctxprec_kafka_consumer_lag`: messages from the lowest one not yet decided to the end."""
+        assert self._consumer is not None
+        for part in list(self._partitions.values()):
+            high = self._consumer.highwater(part.tp)
+            if high is None:
+                continue  # no fetch answer for it yet
+            done_upto = part.offsets.low_watermark
+            if done_upto is None:
+                try:  # nothing read in this assignment: measure from where reading starts
+                    done_upto = await asyncio.wait_for(self._consumer.position(part.tp), 1.0)
+                except (IllegalStateError, asyncio.TimeoutError, KafkaError):
+                    continue
+            self.metrics.kafka_lag.labels(topic=part.tp.topic, partition=str(part.tp.partition)).set(
+                max(0, high - done_upto))
+
+    async def _commit(self, parts: list[_Partition] | None = None, *, force: bool = False) -> None:
+        """Commit every partition whose done-offset moved. Failures are logged and retried at the
+        next interval (a failed commit only means more replays after a crash)."""
+        if self._consumer is None:
+            return
+        async with self._commit_lock:
+            chosen = parts if parts is not None else list(self._partitions.values())
+            offsets = {p.tp: p.offsets.pending_commit() for p in chosen}
+            offsets = {tp: off for tp, off in offsets.items() if off is not None}
+            self._last_commit = time.monotonic()
+            if not offsets:
+                return
+            try:
+                if self.commit_barrier is not None:
+                    await self.commit_barrier()
+                await self._consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError, KafkaError) as exc:
+                log.warning("kafka commit of %d partitions failed: %s", len(offsets), exc)
+                return
+            except Exception:
+                if not force:
+                    log.exception("kafka commit barrier failed; not committing")
+                    return
+                raise
+            by_tp = {p.tp: p for p in chosen}
+            for tp, off in offsets.items():
+                by_tp[tp].offsets.mark_committed(off)
+
+    def _undone(self, parts: list[_Partition] | None = None) -> int:
+        chosen = parts if parts is not None else list(self._partitions.values())
+        return sum(p.offsets.undone for p in chosen)
+
+    async def _wait_progress(self, timeout: float) -> None:
+        self._progress.clear()
+        try:
+            await asyncio.wait_for(self._progress.wait(), timeout=max(0.01, min(timeout, 0.5)))
+        except asyncio.TimeoutError:
+            pass
+
+    # -- rebalance ------------------------------------------------------------------------------
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
+        for part in parts:
+            part.offsets.revoked = True  # the read loop hands over nothing more of these
+        deadline = time.monotonic() + (0.0 if self._consumer is None else min(REVOKE_DRAIN_S,
+                                                                              self.settings.shutdown_drain_s))
+        while self._undone(parts) and time.monotonic() < deadline:
+            await self._wait_progress(deadline - time.monotonic())
+        await self._commit(parts)
+        for part in parts:
+            self._partitions.pop(part.tp, None)
+            try:
+                self.metrics.kafka_lag.remove(part.tp.topic, str(part.tp.partition))
+            except KeyError:
+                pass
+        if parts:
+            log.info("kafka partitions revoked: %s", sorted(p.tp.partition for p in parts))
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        for tp in assigned:
+            self._partitions[tp] = _Partition(tp)
+        if assigned:
+            log.info("kafka partitions assigned: %s", sorted(tp.partition for tp in assigned))
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, receiver: KafkaReceiver) -> None:
+        self.receiver = receiver
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.receiver.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.receiver.on_assigned(set(assigned))
+

@@ -1,0 +1,171 @@
+"""Wire bytes -> `ExportTraceServiceRequest`, for OTLP/HTTP, OTLP/gRPC and Kafka payloads.
+
+Protobuf and OTLP/JSON are accepted. OTLP/JSON differs from the generic proto3 JSON mapping in
+one way that matters: trace and span ids are hex strings, not base64, so they are rewritten
+before `json_format` reads the document. Everything that can go wrong with untrusted input ends
+in a `DecodeError` that names the problem and carries the HTTP status to answer with; the gzip
+path stops at `max_bytes` of output so a small compressed body cannot expand without bound.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf", "application/octet-stream"})
+JSON_TYPES = frozenset({"application/json"})
+
+# Id fields of spans and links, in both the camelCase the OTLP spec uses and the proto names
+# that json_format also accepts.
+_ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+_ID_LENGTHS = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "parentSpanId": 8, "parent_span_id": 8}
+
+
+class DecodeError(Exception):
+    """Input that cannot be turned into spans. `http_status` is 400, 413 or 415; `reason` is the
+    bounded label used for `ctxprec_receiver_errors_total{reason}`."""
+
+    def __init__(self, message: str, http_status: int = 400, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.http_status = http_status
+        self.reason = reason or {400: "bad_body", 413: "too_large", 415: "unsupported_media_type"}.get(
+            http_status, "bad_body")
+
+
+def media_type(content_type: str | None) -> str:
+    """`application/json; charset=utf-8` -> `application/json`."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str | None) -> bool:
+    return media_type(content_type) in JSON_TYPES
+
+
+def decode_export_request(body: bytes, *, content_type: str, content_encoding: str | None,
+                          max_bytes: int) -> ExportTraceServiceRequest:
+    return decode_with_raw(body, content_type=content_type, content_encoding=content_encoding,
+                           max_bytes=max_bytes)[0]
+
+
+def decode_with_raw(body: bytes, *, content_type: str, content_encoding: str | None,
+                    max_bytes: int) -> tuple[ExportTraceServiceRequest, bytes | None]:
+    """Like `decode_export_request`, also returning the uncompressed protobuf bytes (None for
+    JSON) so that span-mode forwarding can pass them on untouched."""
+    kind = media_type(content_type)
+    if kind not in PROTOBUF_TYPES and kind not in JSON_TYPES:
+        raise DecodeError(
+            f"unsupported content type {content_type!r}: send application/x-protobuf or application/json", 415)
+    if len(body) > max_bytes:
+        raise DecodeError(f"request body of {len(body)} bytes is over the limit of {max_bytes} bytes", 413)
+    body = decompress(body, content_encoding, max_bytes)
+    if kind in JSON_TYPES:
+        return _decode_json(body), None
+    return _decode_protobuf(body), body
+
+
+def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("identity", ""):
+        return body
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise DecodeError(f"unsupported content encoding {content_encoding!r}: send gzip, deflate or none", 415)
+    inflater = zlib.decompressobj(wbits)
+    try:
+        # One byte past the limit tells "exactly at the limit" from "over it" without inflating more.
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise DecodeError(f"body is not valid {encoding} data: {exc}", 400) from None
+    if len(out) > max_bytes:
+        raise DecodeError(f"decompressed body is over the limit of {max_bytes} bytes", 413)
+    if not inflater.eof:
+        raise DecodeError(f"{encoding} body is truncated", 400)
+    return out
+
+
+def _decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except ProtobufDecodeError as exc:
+        raise DecodeError(f"body is not a valid protobuf ExportTraceServiceRequest ({exc}); "
+                          f"truncated or not protobuf?", 400) from None
+    return request
+
+
+def _decode_json(body: bytes) -> ExportTraceServiceRequest:
+    try:
+        document = json.loads(body)
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"JSON body is not UTF-8: {exc}", 400) from None
+    except json.JSONDecodeError as exc:
+        raise DecodeError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", 400) from None
+    except RecursionError:
+        raise DecodeError("JSON body is nested too deeply", 400) from None
+    if not isinstance(document, dict):
+        raise DecodeError(f"OTLP/JSON body must be an object, got {type(document).__name__}", 400)
+    _rewrite_ids(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise DecodeError(f"invalid OTLP/JSON: {exc}", 400) from None
+    except RecursionError:
+        raise DecodeError("OTLP/JSON body is nested too deeply", 400) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DecodeError(f"invalid OTLP/JSON: {exc}", 400) from None
+    return request
+
+
+def _rewrite_ids(document: dict[str, Any]) -> None:
+    """Hex ids -> base64 in place, for spans and their links. Wrong shapes are left alone for
+    json_format to report with its field path."""
+    for ri, resource_spans in enumerate(_list(document, "resourceSpans", "resource_spans")):
+        if not isinstance(resource_spans, dict):
+            continue
+        for si, scope_spans in enumerate(_list(resource_spans, "scopeSpans", "scope_spans")):
+            if not isinstance(scope_spans, dict):
+                continue
+            for pi, span in enumerate(_list(scope_spans, "spans")):
+                if not isinstance(span, dict):
+                    continue
+                where = f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
+                _hex_ids_to_base64(span, where)
+                for li, link in enumerate(_list(span, "links")):
+                    if isinstance(link, dict):
+                        _hex_ids_to_base64(link, f"{where}.links[{li}]")
+
+
+def _list(obj: dict[str, Any], *keys: str) -> list[Any]:
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, list):
+            return value
+    return []
+
+
+def _hex_ids_to_base64(obj: dict[str, Any], where: str) -> None:
+    for key in _ID_KEYS:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise DecodeError(f"{where}.{key}: expected a hex string, got {type(value).__name__}", 400)
+        if not value:
+            continue
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raise DecodeError(f"{where}.{key}: {value[:40]!r} is not hex", 400) from None
+        if len(raw) != _ID_LENGTHS[key]:
+            raise DecodeError(f"{where}.{key}: expected {_ID_LENGTHS[key] * 2} hex digits, got {len(value)}", 400)
+        obj[key] = base64.b64encode(raw).decode("ascii")

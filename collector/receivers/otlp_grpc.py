@@ -1,0 +1,103 @@
+"""OTLP/gRPC receiver: opentelemetry.proto.collector.trace.v1.TraceService/Export on
+`--otlp-grpc` (default 0.0.0.0:4317).
+
+The method is registered with no request deserializer, so the handler gets the message bytes:
+they are decoded by the same function as every other input (one set of error messages) and
+passed on to span-mode forwarding untouched.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from collector.metrics.registry import Metrics
+from collector.receivers.otlp_decode import DecodeError, decode_with_raw
+from collector.receivers.otlp_http import IngestTarget
+from collector.receivers.otlp_security import ReceiverSecurity
+
+log = logging.getLogger(__name__)
+
+RECEIVER = "otlp_grpc"
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_PROTOBUF = "application/x-protobuf"
+# Messages a little over the limit still reach the handler, so they are counted and answered
+# with our message; far bigger ones are refused by gRPC itself.
+_SLACK = 1024 * 1024
+
+
+@dataclass(slots=True)
+class GrpcReceiverSettings:
+    host: str = "0.0.0.0"
+    port: int = 4317
+    max_bytes: int = 16 * 1024 * 1024
+    security: ReceiverSecurity = field(default_factory=ReceiverSecurity)
+
+
+class OtlpGrpcReceiver:
+    def __init__(self, target: IngestTarget, *, metrics: Metrics, settings: GrpcReceiverSettings | None = None) -> None:
+        self.settings = settings or GrpcReceiverSettings()
+        self._target = target
+        self._metrics = metrics
+        self._server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", s.max_bytes + _SLACK),
+            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+        ])
+        handler = grpc.method_handlers_generic_handler(SERVICE, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                self._export, request_deserializer=None,
+                response_serializer=ExportTraceServiceResponse.SerializeToString),
+        })
+        server.add_generic_rpc_handlers((handler,))
+        address = f"{s.host}:{s.port}"
+        credentials = s.security.grpc_server_credentials()
+        if credentials is not None:
+            self.port = server.add_secure_port(address, credentials)  # type: ignore[arg-type]
+        else:
+            self.port = server.add_insecure_port(address)
+        if not self.port:
+            raise OSError(f"OTLP/gRPC: cannot listen on {address}")
+        await server.start()
+        self._server = server
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+        security = self.settings.security
+        if security.bearer_token is not None:
+            header = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
+            if not security.authorized(header if isinstance(header, str) else None):
+                await self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token",
+                                  "unauthenticated")
+        try:
+            request, raw = decode_with_raw(body, content_type=_PROTOBUF, content_encoding=None,
+                                           max_bytes=self.settings.max_bytes)
+        except DecodeError as exc:
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.http_status == 413 else grpc.StatusCode.INVALID_ARGUMENT
+            await self._abort(context, code, exc.message, exc.reason)
+        try:
+            await self._target.ingest(request, receiver=RECEIVER, raw=raw)
+        except Exception:
+            log.exception("OTLP/gRPC: ingest failed")
+            await self._abort(context, grpc.StatusCode.INTERNAL,
+                              "internal error while ingesting spans; see the sidecar log", "internal")
+        return ExportTraceServiceResponse()
+
+    async def _abort(self, context: Any, code: grpc.StatusCode, message: str, reason: str) -> None:
+        self._metrics.receiver_errors.labels(receiver=RECEIVER, reason=reason).inc()
+        await context.abort(code, message)

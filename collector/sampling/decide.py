@@ -1,0 +1,246 @@
+"""The `RetrievalSink`: every retrieval that reaches it ends in exactly one `Decision`.
+
+Checks run cheapest-and-most-final first, so that a retrieval that could never be scored does
+not use up a throttle token or a budget share:
+
+    not_sampled / filtered -> no_contexts -> duplicate -> throttled -> over_budget -> overloaded
+    -> the scoring queue (which later decides evaluated / failed)
+
+`submit` never blocks and never awaits: it runs on the receivers' path.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import resource
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Protocol
+
+from collector.metrics.registry import Metrics
+from collector.model import Decision, Retrieval
+from collector.sampling.sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+class ScoringQueue(Protocol):
+    def try_submit(self, retrieval: Retrieval) -> bool: ...
+
+
+class DecisionRecorder:
+    """Counts a decision and tells the retrieval's owner, exactly once per retrieval."""
+
+    def __init__(self, metrics: Metrics | None) -> None:
+        self.metrics = metrics
+        self._counts: dict[str, int] = {}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def count(self, service: str, decision: Decision, n: int = 1) -> None:
+        self._counts[decision.value] = self._counts.get(decision.value, 0) + n
+        if self.metrics is not None and n > 0:
+            self.metrics.samples.labels(service=self.metrics.service(service), decision=decision.value).inc(n)
+
+    def record(self, retrieval: Retrieval, decision: Decision, attributes: dict[str, Any] | None = None) -> None:
+        self.count(retrieval.service, decision)
+        callback = retrieval.on_decided
+        if callback is None:
+            return
+        # Clear first: a second record() for the same retrieval can then never call back twice.
+        retrieval.on_decided = None
+        try:
+            callback(decision, attributes)
+        except Exception:  # the owner's bookkeeping must not break the pipeline
+            log.exception("on_decided callback failed for trace %s span %s", retrieval.trace_id, retrieval.span_id)
+
+
+class TokenBucket:
+    """Scores per minute, with a burst of ten seconds' worth (at least one)."""
+
+    def __init__(self, per_minute: float, *, clock: Clock = time.monotonic) -> None:
+        self.rate_per_s = per_minute / 60.0
+        self.capacity = max(1.0, per_minute / 6.0)
+        self._tokens = self.capacity
+        self._clock = clock
+        self._last = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.capacity, self._tokens + (now - self._last) * self.rate_per_s)
+        self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def refund(self) -> None:
+        self._tokens = min(self.capacity, self._tokens + 1.0)
+
+
+class DailyBudget:
+    """A USD budget per UTC day. Spend is what finished scores cost; scores still in flight are
+    reserved at the running average cost so that a burst cannot overshoot by a whole queue."""
+
+    def __init__(self, usd_per_day: float, *, clock: Callable[[], float] = time.time) -> None:
+        self.usd_per_day = usd_per_day
+        self._clock = clock
+        self._day = self._today()
+        self.spent = 0.0
+        self._scored = 0
+        self._in_flight = 0
+
+    def _today(self) -> _dt.date:
+        return _dt.datetime.fromtimestamp(self._clock(), tz=_dt.timezone.utc).date()
+
+    def _roll(self) -> None:
+        today = self._today()
+        if today != self._day:
+            self._day = today
+            self.spent = 0.0
+            self._scored = 0
+
+    def _average(self) -> float:
+        return self.spent / self._scored if self._scored else 0.0
+
+    def try_reserve(self) -> bool:
+        self._roll()
+        if self.spent + (self._in_flight + 1) * self._average() > self.usd_per_day or self.spent >= self.usd_per_day:
+            return False
+        self._in_flight += 1
+        return True
+
+    def cancel(self) -> None:
+        self._in_flight = max(0, self._in_flight - 1)
+
+    def settle(self, cost_usd: float) -> None:
+        self._in_flight = max(0, self._in_flight - 1)
+        self._roll()
+        self.spent += max(0.0, cost_usd)
+        self._scored += 1
+
+
+def current_rss_bytes() -> int:
+    """Resident set size now (Linux /proc), else the peak (portable fallback)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if os.uname().sysname == "Darwin" else peak * 1024
+
+
+class RssGuard:
+    """True while RSS is over the cap. Reads /proc at most every `interval_s` (submit is hot)."""
+
+    def __init__(self, limit_bytes: int | None, *, interval_s: float = 0.25, clock: Clock = time.monotonic,
+                 probe: Callable[[], int] = current_rss_bytes) -> None:
+        self.limit_bytes = limit_bytes
+        self.interval_s = interval_s
+        self._clock = clock
+        self._probe = probe
+        self._checked_at = float("-inf")
+        self._over = False
+        self.last_rss = 0
+
+    def over(self) -> bool:
+        if not self.limit_bytes:
+            return False
+        now = self._clock()
+        if now - self._checked_at >= self.interval_s:
+            self._checked_at = now
+            self.last_rss = self._probe()
+            self._over = self.last_rss > self.limit_bytes
+        return self._over
+
+
+class RecentKeys:
+    """(trace id, span id) pairs seen within `window_s`, at most `max_entries` of them."""
+
+    def __init__(self, window_s: float = 600.0, max_entries: int = 100_000, *, clock: Clock = time.monotonic) -> None:
+        self.window_s = window_s
+        self.max_entries = max_entries
+        self._clock = clock
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def seen_before(self, key: tuple[str, str]) -> bool:
+        """Records `key` and says whether it was already there."""
+        now = self._clock()
+        while self._seen:
+            oldest_key, at = next(iter(self._seen.items()))
+            if now - at <= self.window_s and len(self._seen) < self.max_entries:
+                break
+            self._seen.popitem(last=False)
+        if key in self._seen:
+            return True
+        self._seen[key] = now
+        return False
+
+
+class RetrievalGate:
+    """The pipeline's `RetrievalSink` (docs/INTERNALS.md)."""
+
+    def __init__(
+        self,
+        *,
+        sampler: Sampler,
+        queue: ScoringQueue,
+        recorder: DecisionRecorder,
+        throttle: TokenBucket | None = None,
+        budget: DailyBudget | None = None,
+        rss_guard: RssGuard | None = None,
+        recent: RecentKeys | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.queue = queue
+        self.recorder = recorder
+        self.throttle = throttle
+        self.budget = budget
+        self.rss_guard = rss_guard
+        self.recent = recent if recent is not None else RecentKeys()
+        self.closed = False
+
+    def not_sampled(self, service: str, count: int) -> None:
+        """Retrievals that the head decision dropped without reading them."""
+        if count > 0:
+            self.recorder.count(service, Decision.NOT_SAMPLED, count)
+
+    def submit(self, retrieval: Retrieval) -> None:
+        decision = self._decide(retrieval)
+        if decision is not None:
+            attributes = None
+            if decision is Decision.FAILED:
+                attributes = {"error.type": "shutdown"}
+            self.recorder.record(retrieval, decision, attributes)
+
+    def _decide(self, r: Retrieval) -> Decision | None:
+        """The decision, or None when the retrieval was queued for scoring."""
+        if self.closed:
+            return Decision.FAILED
+        sample = self.sampler.decide(r.trace_id, r.service, r.attributes)
+        r.sample_rate = sample.rate
+        if not sample.sampled:
+            # A rule that gives rate 0 excludes on purpose; a hash above the rate is chance.
+            return Decision.FILTERED if sample.rule_index is not None and sample.rate <= 0 else Decision.NOT_SAMPLED
+        if not any(c.content and c.content.strip() for c in r.contexts):
+            return Decision.NO_CONTEXTS
+        if self.recent.seen_before((r.trace_id, r.span_id)):
+            return Decision.DUPLICATE
+        if self.throttle is not None and not self.throttle.take():
+            return Decision.THROTTLED
+        if self.budget is not None and not self.budget.try_reserve():
+            if self.throttle is not None:
+                self.throttle.refund()
+            return Decision.OVER_BUDGET
+        if (self.rss_guard is not None and self.rss_guard.over()) or not self.queue.try_submit(r):
+            if self.throttle is not None:
+                self.throttle.refund()
+            if self.budget is not None:
+                self.budget.cancel()
+            return Decision.OVERLOADED
+        return None

@@ -1,0 +1,181 @@
+"""A bounded queue and a pool of workers over the scoring engine.
+
+Ingestion only ever calls `try_submit`, which never waits: a full queue is the overload signal
+(the gate decides `overloaded`). Each queued retrieval ends in `evaluated` or `failed`; a judge
+failure is a `failed` decision with the error's kind, never an invented score. Results fan out to
+the `ResultSink`s first and the decision is recorded after, so that whoever acknowledges input on
+the decision (Kafka offsets) only does so once the results have been handed on.
+
+Shutdown: `aclose(timeout_s)` stops taking work, lets the queue drain until the deadline, then
+cancels what is still running; everything not finished by then is decided `failed` with error
+type `shutdown`, so nothing is silently lost.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol, Sequence
+
+from collector.exporters.attributes import ScorerIdentity, failure_attributes, score_attributes
+from collector.metrics.registry import Metrics
+from collector.model import Decision, Retrieval
+from collector.sampling.decide import DailyBudget, DecisionRecorder
+from scorer.judge.chat import JudgeError
+from scorer.records import failure_record, record_id, score_record
+from scorer.result import ScoreResult
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass(slots=True)
+class ScoreOutcome:
+    retrieval: Retrieval
+    decision: Decision  # EVALUATED or FAILED
+    result: ScoreResult | None
+    error: tuple[str, str] | None  # (type, message)
+    record: dict[str, Any]
+    attributes: dict[str, Any] | None = None  # SPEC.md section 6 attributes, as written back
+    scored_at: float = field(default_factory=time.time)  # unix seconds
+
+
+class ResultSink(Protocol):
+    def emit(self, outcome: ScoreOutcome) -> None: ...
+
+
+class ScoringWorkers:
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        recorder: DecisionRecorder,
+        identity: ScorerIdentity,
+        sinks: Sequence[ResultSink] = (),
+        queue_size: int = 1000,
+        workers: int = 8,
+        metrics: Metrics | None = None,
+        budget: DailyBudget | None = None,
+    ) -> None:
+        self.engine = engine
+        self.recorder = recorder
+        self.identity = identity
+        self.sinks: list[ResultSink] = list(sinks)
+        self.queue_size = queue_size
+        self.worker_count = workers
+        self.metrics = metrics
+        self.budget = budget
+        self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self.in_flight = 0
+
+    def add_sink(self, sink: ResultSink) -> None:
+        self.sinks.append(sink)
+
+    @property
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [asyncio.create_task(self._run(), name=f"ctxprec-scorer-{i}") for i in range(self.worker_count)]
+
+    def try_submit(self, retrieval: Retrieval) -> bool:
+        if self._closing:
+            return False
+        try:
+            self._queue.put_nowait(retrieval)
+        except asyncio.QueueFull:
+            return False
+        self._set_depth()
+        return True
+
+    def _set_depth(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(self._queue.qsize())
+
+    async def _run(self) -> None:
+        while True:
+            retrieval = await self._queue.get()
+            self._set_depth()
+            self.in_flight += 1
+            try:
+                await self._score(retrieval)
+            finally:
+                self.in_flight -= 1
+                self._queue.task_done()
+
+    async def _score(self, r: Retrieval) -> None:
+        try:
+            result = await self.engine.score(
+                r.query, [c.content for c in r.contexts], output=r.output, expected_output=r.expected_output)
+        except asyncio.CancelledError:
+            self._fail(r, SHUTDOWN, "scoring was cancelled by shutdown before the judge answered")
+            raise
+        except JudgeError as exc:
+            self._fail(r, exc.kind, str(exc))
+        except ValueError as exc:
+            self._fail(r, "invalid_input", str(exc))
+        except Exception as exc:  # a bug or an unexpected library error: still one decision
+            log.exception("scoring trace %s span %s failed", r.trace_id, r.span_id)
+            self._fail(r, type(exc).__name__, str(exc) or type(exc).__name__)
+        else:
+            self._succeed(r, result)
+
+    def _rid(self, r: Retrieval) -> str:
+        return record_id(r.trace_id, r.span_id, str(self.engine.fingerprint))
+
+    def _succeed(self, r: Retrieval, result: ScoreResult) -> None:
+        now = time.time()
+        record = score_record(
+            result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
+            retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
+            sample_rate=r.sample_rate, scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+        attrs = score_attributes(result, self.identity, sample_rate=r.sample_rate)
+        if self.budget is not None:
+            self.budget.settle(result.usage.cost_usd)
+        self._finish(ScoreOutcome(r, Decision.EVALUATED, result, None, record, attrs, now))
+
+    def _fail(self, r: Retrieval, error_type: str, message: str) -> None:
+        now = time.time()
+        record = failure_record(
+            error_type=error_type, message=message, record_id=self._rid(r), trace_id=r.trace_id,
+            span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
+            model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
+            sample_rate=r.sample_rate, scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+        attrs = failure_attributes(error_type, self.identity, sample_rate=r.sample_rate)
+        if self.budget is not None:
+            self.budget.settle(0.0)
+        self._finish(ScoreOutcome(r, Decision.FAILED, None, (error_type, message), record, attrs, now))
+
+    def _finish(self, outcome: ScoreOutcome) -> None:
+        for sink in self.sinks:
+            try:
+                sink.emit(outcome)
+            except Exception:  # one broken sink must not cost the others their result
+                log.exception("result sink %s failed", type(sink).__name__)
+        self.recorder.record(outcome.retrieval, outcome.decision, outcome.attributes)
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Drain within `timeout_s`, then cancel; every queued retrieval still gets a decision."""
+        self._closing = True
+        if self._tasks:
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout=max(0.0, timeout_s))
+            except asyncio.TimeoutError:
+                log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
+                            self._queue.qsize(), self.in_flight)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks = []
+        while not self._queue.empty():
+            r = self._queue.get_nowait()
+            self._queue.task_done()
+            self._fail(r, SHUTDOWN, "the sidecar shut down before this retrieval was scored")
+        self._set_depth()

@@ -1,0 +1,539 @@
+"""`ctxprec stub-judge`: an OpenAI-compatible chat-completions server that judges deterministically.
+
+It stands in for a real LLM judge in dry runs, tests and benchmarks, and it speaks the same wire
+as OpenAI (`POST /v1/chat/completions`, also `/chat/completions`; `GET /v1/models`), so the real
+judge client talks to it over real HTTP.
+
+Reading the request: the last user message carries the sample as one line of JSON between the
+lines `BEGIN_DATA` and `END_DATA` (docs/INTERNALS.md). A request without a readable data block
+gets HTTP 400 with an OpenAI-style error body.
+
+The relevance rule (task "verdicts"), applied to each context asked for:
+
+1. A context whose text contains the marker `[irrelevant]` is judged "no"; otherwise one that
+   contains `[relevant]` is judged "yes". Markers let tests pin any verdict pattern.
+2. Otherwise the context is relevant iff it shares at least one *content word* with the
+   reference text (the query when `reference_kind` is "query", or when the reference is empty).
+   A content word is a lowercase alphanumeric token (`[a-z0-9]+` after lowercasing) of 4 or more
+   characters that is not in the small stopword list `STOPWORDS` below.
+
+The answer is `{"verdicts": [{"context_index": i, "verdict": "yes"|"no", "reason": "..."}]}` for
+exactly the indices asked, in the order asked. For task "reason" the answer is
+`{"reason": "The score is <score> because ..."}` built from the request's `score` and `verdicts`.
+
+Usage: `prompt_tokens = ceil(characters of all message contents / 4)` and `completion_tokens =
+ceil(characters of the answer content / 4)`. Cost is not the stub's business: its model name is
+unknown to litellm's cost map.
+
+Latency: every answer waits `latency_ms` plus a uniform `0..jitter_ms`. Faults: with probability
+`error_rate` a request gets one fault picked uniformly from `fault_kinds`:
+
+- `rate_limit`: HTTP 429 with a `Retry-After` header (`retry_after_s`; fractional values are
+  written as such, which clients that parse floats honour);
+- `server_error`: HTTP 500;
+- `timeout`: the request is held `hang_s` seconds (default 30) and then answered normally;
+  stopping the server releases held requests with HTTP 503;
+- `malformed`: HTTP 200 whose message content is not JSON;
+- `wrong_count`: a verdicts answer with one verdict missing or one index duplicated (reason
+  tasks have no count, so they are answered normally and no fault is counted).
+
+`seed` makes the fault and jitter draws reproducible for a given request order. `GET /stats`
+returns the counters (requests, responses by status, faults by kind, tokens); `POST /control`
+with a JSON object changes latency and fault settings at run time (chaos tests) and
+`{"reset_stats": true}` zeroes the counters. `GET /healthz` answers `ok`.
+
+In-process use (tests): `stub = StubJudge(StubSettings(...)); await stub.start(); stub.url`
+(ends in `/v1`); `await stub.stop()`. Own process: `python -m collector.stub_judge --port P`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import re
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from aiohttp import web
+
+FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
+DEFAULT_MODEL = "ctxprec-stub-judge"
+
+STOPWORDS = frozenset(
+    """
+    about above after again against also because been before being below between both cannot
+    could does doing down during each from further have having here hers herself himself into
+    itself just more most myself other ours ourselves over same should some such than that their
+    theirs them themselves then there these they this those through under until very were what
+    when where which while whom with would your yours yourself yourselves will shall into onto
+    upon only many much like make made want need using used here what
+    """.split()
+)
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_BEGIN = "BEGIN_DATA"
+_END = "END_DATA"
+
+
+def content_words(text: str) -> set[str]:
+    """The stub's notion of a content word (see the module docstring)."""
+    return {w for w in _WORD_RE.findall(text.lower()) if len(w) >= 4 and w not in STOPWORDS}
+
+
+def judge_context(text: str, reference_words: set[str]) -> tuple[bool, str]:
+    """Apply the deterministic relevance rule to one context; returns (relevant, reason)."""
+    if "[irrelevant]" in text:
+        return False, "The context is marked [irrelevant]."
+    if "[relevant]" in text:
+        return True, "The context is marked [relevant]."
+    shared = sorted(content_words(text) & reference_words)
+    if shared:
+        return True, "The context shares the words " + ", ".join(shared[:5]) + " with the reference."
+    return False, "The context shares no content word with the reference."
+
+
+@dataclass
+class StubSettings:
+    latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    error_rate: float = 0.0
+    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    hang_s: float = 30.0
+    retry_after_s: float = 1.0
+    seed: int | None = None
+    model: str = DEFAULT_MODEL
+    api_key: str | None = None  # when set, requests must carry "Authorization: Bearer <api_key>"
+
+    def __post_init__(self) -> None:
+        self.fault_kinds = tuple(self.fault_kinds)
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("latency_ms", "jitter_ms", "hang_s", "retry_after_s"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
+        if not _is_number(self.error_rate) or not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError(f"error_rate: must be a number between 0 and 1, got {self.error_rate!r}")
+        unknown = [k for k in self.fault_kinds if k not in FAULT_KINDS]
+        if unknown or not self.fault_kinds:
+            raise ValueError(
+                f"fault_kinds: must be a non-empty subset of {', '.join(FAULT_KINDS)}, got {list(self.fault_kinds)!r}"
+            )
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ValueError(f"seed: must be an integer, got {self.seed!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class StubStats:
+    requests: int = 0
+    responses: dict[int, int] = field(default_factory=dict)  # HTTP status -> count
+    faults: dict[str, int] = field(default_factory=dict)  # fault kind -> count
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "responses": {str(k): v for k, v in sorted(self.responses.items())},
+            "faults": dict(sorted(self.faults.items())),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """What a client sent, kept (last 256) so tests can check the wire without a proxy."""
+
+    path: str
+    body: dict[str, Any] | None
+    authorization: str | None
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _tokens(chars: int) -> int:
+    return -(-chars // 4)
+
+
+def parse_data_block(messages: Any) -> dict[str, Any]:
+    """Find the BEGIN_DATA/END_DATA JSON line in the last user message that has one."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: must be a non-empty list")
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if not isinstance(content, str):
+            continue
+        start = content.rfind(_BEGIN + "\n")
+        if start < 0:
+            continue
+        line_start = start + len(_BEGIN) + 1
+        line_end = content.find("\n", line_start)
+        if line_end < 0 or not content.startswith(_END, line_end + 1):
+            raise BadRequest("data block: the JSON line after BEGIN_DATA must be followed by a line END_DATA")
+        try:
+            data = json.loads(content[line_start:line_end])
+        except ValueError as exc:
+            raise BadRequest(f"data block: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise BadRequest("data block: must be a JSON object")
+        return data
+    raise BadRequest("messages: no user message carries a BEGIN_DATA/END_DATA block")
+
+
+def answer_verdicts(data: dict[str, Any]) -> list[dict[str, Any]]:
+    contexts = data.get("contexts")
+    if not isinstance(contexts, list):
+        raise BadRequest("data block: contexts must be a list")
+    query = data.get("query") if isinstance(data.get("query"), str) else ""
+    reference = data.get("reference") if isinstance(data.get("reference"), str) else ""
+    if data.get("reference_kind") == "query" or not reference:
+        reference = query
+    reference_words = content_words(reference)
+    verdicts = []
+    for item in contexts:
+        if not isinstance(item, dict) or not isinstance(item.get("context_index"), int) or not isinstance(
+            item.get("text"), str
+        ):
+            raise BadRequest("data block: each context must be {\"context_index\": int, \"text\": str}")
+        relevant, reason = judge_context(item["text"], reference_words)
+        verdicts.append({"context_index": item["context_index"], "verdict": "yes" if relevant else "no", "reason": reason})
+    return verdicts
+
+
+def answer_reason(data: dict[str, Any]) -> str:
+    score = data.get("score")
+    verdicts = data.get("verdicts") if isinstance(data.get("verdicts"), list) else []
+    relevant: list[int] = []
+    for position, item in enumerate(verdicts):
+        if not isinstance(item, dict):
+            continue
+        flag = item.get("relevant")
+        if flag is None:
+            flag = str(item.get("verdict", "")).strip().lower() == "yes"
+        if flag:
+            index = item.get("index", item.get("context_index", position))
+            relevant.append(index + 1 if isinstance(index, int) else position + 1)
+    if relevant:
+        ranks = ", ".join(str(r) for r in relevant)
+        why = f"the contexts ranked {ranks} of {len(verdicts)} were judged relevant"
+    else:
+        why = f"none of the {len(verdicts)} contexts was judged relevant"
+    return f"The score is {score} because {why}."
+
+
+class StubJudge:
+    def __init__(self, settings: StubSettings | None = None) -> None:
+        self.settings = settings or StubSettings()
+        self.stats = StubStats()
+        self.recent: deque[RecordedRequest] = deque(maxlen=256)
+        self._rng = random.Random(self.settings.seed)
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def configure(self, **changes: Any) -> StubSettings:
+        """Change settings at run time (also what POST /control does). Validated as a whole."""
+        known = {f.name for f in fields(StubSettings)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
+        if isinstance(changes.get("fault_kinds"), str):
+            changes["fault_kinds"] = tuple(k.strip() for k in changes["fault_kinds"].split(",") if k.strip())
+        merged = StubSettings(**{**asdict(self.settings), **changes})
+        self.settings = merged
+        if "seed" in changes:
+            self._rng = random.Random(merged.seed)
+        return merged
+
+    def reset_stats(self) -> None:
+        # In place, so that a reference a test already holds sees the reset.
+        fresh = StubStats()
+        for f in fields(StubStats):
+            setattr(self.stats, f.name, getattr(fresh, f.name))
+
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/models", self._models)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/stats", self._stats)
+        app.router.add_post("/control", self._control)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._stopping = asyncio.Event()
+        # No access log: it would cost more CPU per request than the judging itself.
+        self._runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=2048, shutdown_timeout=1.0)
+        await site.start()
+        server = site._server  # the bound port is only known after binding (port 0)
+        sockets = getattr(server, "sockets", None) or []
+        self.host = host
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> "StubJudge":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- handlers -------------------------------------------------------------------------
+
+    def _respond(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
+        self.stats.responses[status] = self.stats.responses.get(status, 0) + 1
+        return web.Response(status=status, text=json.dumps(payload), content_type="application/json", headers=headers)
+
+    def _error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+        return self._respond(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.stats.requests += 1
+        settings = self.settings
+        authorization = request.headers.get("Authorization")
+        try:
+            body = await request.json()
+        except ValueError:
+            self.recent.append(RecordedRequest(request.path, None, authorization))
+            return self._error(400, "request body is not valid JSON", "invalid_request_error")
+        self.recent.append(RecordedRequest(request.path, body if isinstance(body, dict) else None, authorization))
+        if settings.api_key is not None and authorization != f"Bearer {settings.api_key}":
+            return self._error(401, "invalid or missing API key", "authentication_error")
+        if not isinstance(body, dict):
+            return self._error(400, "request body must be a JSON object", "invalid_request_error")
+        messages = body.get("messages")
+        try:
+            data = parse_data_block(messages)
+            task = data.get("task", "verdicts")
+            if task == "verdicts":
+                verdicts = answer_verdicts(data)
+                answer: dict[str, Any] = {"verdicts": verdicts}
+            elif task == "reason":
+                answer = {"reason": answer_reason(data)}
+            else:
+                raise BadRequest(f"data block: unknown task {task!r}")
+        except BadRequest as exc:
+            return self._error(400, str(exc), "invalid_request_error")
+
+        fault = None
+        if settings.error_rate > 0 and self._rng.random() < settings.error_rate:
+            fault = self._rng.choice(settings.fault_kinds)
+            if fault == "wrong_count" and task != "verdicts":
+                fault = None
+        delay = settings.latency_ms + (self._rng.uniform(0, settings.jitter_ms) if settings.jitter_ms else 0.0)
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        if fault is not None:
+            self.stats.faults[fault] = self.stats.faults.get(fault, 0) + 1
+        if fault == "rate_limit":
+            retry_after = settings.retry_after_s
+            header = str(int(retry_after)) if float(retry_after).is_integer() else f"{retry_after:g}"
+            return self._error(429, "stub injected rate limit", "rate_limit_error", {"Retry-After": header})
+        if fault == "server_error":
+            return self._error(500, "stub injected server error", "server_error")
+        if fault == "timeout":
+            try:
+                await asyncio.wait_for(self._stopping.wait(), settings.hang_s)
+                return self._error(503, "stub judge is stopping", "server_error")
+            except asyncio.TimeoutError:
+                pass
+        if fault == "wrong_count":
+            verdicts = list(answer["verdicts"])
+            if len(verdicts) > 1 and self._rng.random() < 0.5:
+                verdicts.append(dict(verdicts[0]))  # a duplicate index
+            elif verdicts:
+                verdicts.pop(self._rng.randrange(len(verdicts)))  # one index missing
+            answer = {"verdicts": verdicts}
+        content = "Sure! Here are the verdicts: verdict=yes" if fault == "malformed" else json.dumps(answer)
+
+        prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
+        prompt_tokens = _tokens(prompt_chars)
+        completion_tokens = _tokens(len(content))
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.completion_tokens += completion_tokens
+        model = body.get("model") if isinstance(body.get("model"), str) else settings.model
+        return self._respond(
+            200,
+            {
+                "id": f"chatcmpl-stub-{self.stats.requests}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.settings.model, "object": "model", "owned_by": "ctxprec"}]}
+        )
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats.to_dict())
+
+    async def _control(self, request: web.Request) -> web.Response:
+        try:
+            changes = await request.json()
+        except ValueError:
+            return web.json_response({"error": "control body is not valid JSON"}, status=400)
+        if not isinstance(changes, dict):
+            return web.json_response({"error": "control body must be a JSON object"}, status=400)
+        reset = bool(changes.pop("reset_stats", False))
+        try:
+            settings = self.configure(**changes)
+        except (TypeError, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        if reset:
+            self.reset_stats()
+        public = asdict(settings)
+        public["fault_kinds"] = list(settings.fault_kinds)
+        public["api_key"] = "set" if settings.api_key else None
+        return web.json_response({"settings": public})
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = _non_negative(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
+def _fault_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown fault kind(s) {unknown or text!r}; choose from {','.join(FAULT_KINDS)}")
+    return kinds
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=8099, help="port to bind; 0 picks a free one (default 8099)")
+    parser.add_argument("--latency-ms", type=_non_negative, default=0.0, help="added to every answer")
+    parser.add_argument("--jitter-ms", type=_non_negative, default=0.0, help="plus a uniform 0..jitter-ms")
+    parser.add_argument("--error-rate", type=_rate, default=0.0, help="probability (0..1) that a request gets a fault")
+    parser.add_argument(
+        "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS, help=f"comma list of {','.join(FAULT_KINDS)} (default all)"
+    )
+    parser.add_argument("--hang-s", type=_non_negative, default=30.0, help="how long a 'timeout' fault holds a request")
+    parser.add_argument("--retry-after-s", type=_non_negative, default=1.0, help="Retry-After of a 'rate_limit' fault")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG (reproducible runs)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
+    parser.add_argument("--api-key", default=None, help="if set, require this Bearer key (401 otherwise)")
+
+
+def settings_from_args(args: argparse.Namespace) -> StubSettings:
+    return StubSettings(
+        latency_ms=args.latency_ms,
+        jitter_ms=args.jitter_ms,
+        error_rate=args.error_rate,
+        fault_kinds=tuple(args.fault_kinds),
+        hang_s=args.hang_s,
+        retry_after_s=args.retry_after_s,
+        seed=args.seed,
+        model=args.model,
+        api_key=args.api_key,
+    )
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    stub = StubJudge(settings_from_args(args))
+    await stub.start(args.host, args.port)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, done.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    # One line on stdout so that a parent process (benchmarks) learns the port when --port 0.
+    sys.stdout.write(f"stub judge listening on {stub.url}\n")
+    sys.stdout.flush()
+    try:
+        await done.wait()
+    finally:
+        await stub.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(_serve(args))
+    except OSError as exc:
+        sys.stderr.write(f"stub-judge: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxprec stub-judge", description="OpenAI-compatible deterministic stub judge")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

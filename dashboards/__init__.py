@@ -1,0 +1,1 @@
+"""Grafana dashboards for ctxprec (JSON built by dashboards/generate.py)."""

@@ -1,0 +1,498 @@
+"""`ctxprec score EVENTS.jsonl`: score a file of RAG events and write one score record per event.
+
+The input is streamed: at most `window` events are held at once (in flight or waiting in the
+reorder buffer), whatever the file's size, and records come out in input order. A line that
+cannot be read or a sample the judge fails on gives an error record; the rest are still scored.
+Exit status: 0 all scored, 1 some failed, 2 usage error."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator
+
+from scorer.events import EventError, RagEvent, parse_rag_event_line
+from scorer.records import failure_record, record_id, score_record
+
+if TYPE_CHECKING:  # the engine pulls in the judge stack; import it only when scoring
+    from scorer.engine import ContextPrecisionEngine
+
+DEFAULT_MODEL = "local"
+DEFAULT_CONCURRENCY = 16
+LOCAL_JUDGE_NOTE = (
+    "ctxprec score: using the local judge (offline, deterministic, lexical; no API key needed). "
+    "For an LLM judge pass --judge-model, e.g. --judge-model openai/gpt-4o-mini with OPENAI_API_KEY set, "
+    "or --judge-model openai/NAME --judge-api-base http://HOST:PORT/v1 for an OpenAI-compatible server "
+    "(vLLM, Ollama, the stub judge).\n"
+)
+
+
+class UsageError(Exception):
+    """A bad command line or unreadable file: reported in one line, exit status 2."""
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("events", metavar="EVENTS.jsonl", help="RAG events, one JSON object per line")
+    parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
+    parser.add_argument("--judge-model", default=None, metavar="MODEL", help="litellm model string, or 'local' (default) for the offline judge")
+    parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME)")
+    parser.add_argument("--scale", type=_scale, default=1.0, help="multiply scores by this (default 1)")
+    parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = BatchOptions(
+        events_path=args.events,
+        output_path=args.output,
+        model=args.judge_model or DEFAULT_MODEL,
+        api_base=args.judge_api_base,
+        scale=args.scale,
+        concurrency=args.concurrency,
+        model_given=bool(args.judge_model),
+    )
+    try:
+        return asyncio.run(run_batch(options, stderr=sys.stderr))
+    except UsageError as exc:
+        sys.stderr.write(f"ctxprec score: error: {exc}\n")
+        return 2
+
+
+# --- the batch -----------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchOptions:
+    events_path: str
+    output_path: str | None = None
+    model: str = DEFAULT_MODEL
+    api_base: str | None = None
+    scale: float = 1.0
+    concurrency: int = DEFAULT_CONCURRENCY
+    model_given: bool = True
+    window: int | None = None  # events held at once; default 4 x concurrency
+    progress: bool | None = None  # None: only when stderr is a terminal
+
+
+@dataclass
+class BatchSummary:
+    events: int = 0
+    scored: int = 0
+    score_sum: float = 0.0
+    failures: Counter[str] = field(default_factory=Counter)
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.events += 1
+        judge = record.get("judge") or {}
+        self.calls += judge.get("calls", 0)
+        self.prompt_tokens += judge.get("prompt_tokens", 0)
+        self.completion_tokens += judge.get("completion_tokens", 0)
+        self.cost_usd += judge.get("cost_usd", 0.0)
+        if record.get("error"):
+            self.failures[record["error"]["type"]] += 1
+        else:
+            self.scored += 1
+            self.score_sum += record["score"]
+
+    def text(self, source: str, model: str) -> str:
+        mean = f"{self.score_sum / self.scored:.3f}" if self.scored else "n/a"
+        failed = f"{self.failed} failed"
+        if self.failures:
+            failed += " (" + ", ".join(f"{kind}: {n}" for kind, n in sorted(self.failures.items())) + ")"
+        rate = self.events / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (
+            f"ctxprec score: {source}: {self.events} events, {self.scored} scored, {failed}; "
+            f"mean score {mean}\n"
+            f"ctxprec score: judge {model}: {self.calls} calls, {self.prompt_tokens} prompt tokens, "
+            f"{self.completion_tokens} completion tokens, cost ${self.cost_usd:.4f}; "
+            f"{self.elapsed_s:.1f}s ({rate:.1f} events/s)\n"
+        )
+
+
+async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
+    """Score `options.events_path`; returns the exit status. Raises UsageError before any work."""
+    source = _open_input(options.events_path)
+    try:
+        sink = _open_output(options.output_path)
+    except UsageError:
+        source.close()
+        raise
+    try:
+        engine = _build_engine(options)
+        if not options.model_given:
+            stderr.write(LOCAL_JUDGE_NOTE)
+        show_progress = options.progress if options.progress is not None else _is_tty(stderr)
+        total = _count_lines(options.events_path) if show_progress else None
+        progress = Progress(stderr, total) if show_progress else None
+        started = time.monotonic()
+        try:
+            summary = await score_lines(
+                _lines(source),
+                engine,
+                concurrency=options.concurrency,
+                window=options.window or max(16, 4 * options.concurrency),
+                write=sink.write,
+                on_record=progress.update if progress else None,
+            )
+        finally:
+            await engine.aclose()
+        summary.elapsed_s = time.monotonic() - started
+        if progress:
+            progress.finish()
+    finally:
+        source.close()
+        sink.close()
+    if sink.broken:
+        stderr.write("ctxprec score: output closed early; stopped\n")
+        return 1
+    stderr.write(summary.text(options.events_path, options.model))
+    return 0 if summary.failed == 0 else 1
+
+
+async def score_lines(
+    lines: Iterable[tuple[int, bytes]],
+    engine: "ContextPrecisionEngine",
+    *,
+    concurrency: int,
+    window: int,
+    write: Callable[[dict[str, Any]], bool],
+    on_record: Callable[[int], None] | None = None,
+) -> BatchSummary:
+    """Score numbered lines with at most `concurrency` samples in flight and at most `window`
+    events held; `write` gets each record in input order and returns False to stop early."""
+    summary = BatchSummary()
+    limit = asyncio.Semaphore(concurrency)
+    # Entries are finished records (bad lines) or tasks, in input order: the reorder buffer.
+    held: deque[dict[str, Any] | asyncio.Task[dict[str, Any]]] = deque()
+    stopped = False
+
+    async def emit_head() -> None:
+        nonlocal stopped
+        head = held.popleft()
+        record = head if isinstance(head, dict) else await head
+        summary.add(record)
+        if not stopped and not write(record):
+            stopped = True
+        if on_record:
+            on_record(summary.events)
+
+    try:
+        for line_no, raw in lines:
+            if stopped:
+                break
+            item = _prepare(line_no, raw, engine)
+            if item is None:
+                continue
+            held.append(item if isinstance(item, dict) else asyncio.ensure_future(_limited(limit, item)))
+            while held and (len(held) >= window or _ready(held[0])):
+                await emit_head()
+        while held and not stopped:
+            await emit_head()
+    finally:
+        leftover = [entry for entry in held if isinstance(entry, asyncio.Task)]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.gather(*leftover, return_exceptions=True)
+    return summary
+
+
+def _ready(entry: dict[str, Any] | asyncio.Task[dict[str, Any]]) -> bool:
+    return isinstance(entry, dict) or entry.done()
+
+
+async def _limited(limit: asyncio.Semaphore, work: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async with limit:
+        return await work
+
+
+def _prepare(
+    line_no: int, raw: bytes, engine: "ContextPrecisionEngine"
+) -> dict[str, Any] | Awaitable[dict[str, Any]] | None:
+    """A finished error record for a bad line, a coroutine that scores a good one, None to skip."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _bad_input(engine, f"line {line_no}: not valid UTF-8 (byte {exc.start})", raw.hex()[:64])
+    if line_no == 1:
+        text = text.lstrip("\ufeff")  # editors on Windows start files with a byte-order mark
+    if not text.strip():
+        return None
+    try:
+        event = parse_rag_event_line(text, line_no)
+    except EventError as exc:
+        return _bad_input(engine, exc.message, text, _loose_ids(text))
+    if not event.contexts:
+        return _failure(engine, event, line_no, "no_contexts", "No context available for evaluation", decision="no_contexts")
+    return _score_event(engine, event, line_no)
+
+
+async def _score_event(engine: "ContextPrecisionEngine", event: RagEvent, line_no: int) -> dict[str, Any]:
+    from scorer.judge.chat import JudgeError
+
+    try:
+        result = await engine.score(
+            event.query, event.context_texts, output=event.output, expected_output=event.expected_output
+        )
+    except JudgeError as exc:
+        return _failure(engine, event, line_no, exc.kind, str(exc))
+    except ValueError as exc:
+        return _failure(engine, event, line_no, "bad_input", str(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken sample must not end the batch
+        return _failure(engine, event, line_no, "internal_error", f"{type(exc).__name__}: {exc}")
+    return score_record(
+        result,
+        record_id=_event_record_id(event, engine.fingerprint),
+        trace_id=event.trace_id,
+        span_id=event.span_id,
+        service=event.service,
+        retriever=event.retriever,
+        model=engine.model,
+        prompt_version=engine.prompt_version,
+    )
+
+
+def _failure(
+    engine: "ContextPrecisionEngine",
+    event: RagEvent,
+    line_no: int,
+    kind: str,
+    message: str,
+    *,
+    decision: str = "failed",
+) -> dict[str, Any]:
+    return failure_record(
+        error_type=kind,
+        message=f"line {line_no}: {message}",
+        record_id=_event_record_id(event, engine.fingerprint),
+        trace_id=event.trace_id,
+        span_id=event.span_id,
+        service=event.service,
+        retriever=event.retriever,
+        scale=engine.scale,
+        model=engine.model,
+        prompt_version=engine.prompt_version,
+        k=len(event.contexts),
+        decision=decision,
+    )
+
+
+def _bad_input(
+    engine: "ContextPrecisionEngine", message: str, content: str, ids: tuple[str, str, str] = ("", "", "")
+) -> dict[str, Any]:
+    trace_id, span_id, service = ids
+    return failure_record(
+        error_type="bad_input",
+        message=message,
+        record_id=record_id(trace_id, span_id, engine.fingerprint, content=content),
+        trace_id=trace_id,
+        span_id=span_id,
+        service=service,
+        scale=engine.scale,
+        model=engine.model,
+        prompt_version=engine.prompt_version,
+    )
+
+
+def _loose_ids(text: str) -> tuple[str, str, str]:
+    """Trace id, span id and service of an event that failed validation, when they are readable,
+    so that its error record can still be joined to the trace."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return "", "", ""
+    if not isinstance(obj, dict):
+        return "", "", ""
+    picked = [obj.get(name) for name in ("trace_id", "span_id", "service")]
+    return tuple(v if isinstance(v, str) else "" for v in picked)  # type: ignore[return-value]
+
+
+def _event_record_id(event: RagEvent, fingerprint: str) -> str:
+    content = None
+    if not event.trace_id and not event.span_id:
+        content = json.dumps(
+            [event.query, event.context_texts, event.output, event.expected_output], ensure_ascii=False
+        )
+    return record_id(event.trace_id, event.span_id, fingerprint, content=content)
+
+
+# --- input, output, engine -------------------------------------------------------------------------
+
+
+def _open_input(path: str) -> IO[bytes]:
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, expected a JSONL file of RAG events")
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _lines(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    for number, raw in enumerate(source, start=1):
+        yield number, raw.rstrip(b"\r\n")
+
+
+def _count_lines(path: str) -> int | None:
+    """For the progress bar's ETA only: a fast pass over the bytes, never holding the file."""
+    try:
+        count = 0
+        last = b"\n"
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        return count + (0 if last == b"\n" else 1)
+    except OSError:
+        return None
+
+
+class RecordSink:
+    """Writes records as JSON lines to a file or stdout; notices a closed pipe (`| head`)."""
+
+    def __init__(self, stream: IO[str], *, owned: bool) -> None:
+        self._stream = stream
+        self._owned = owned
+        self.broken = False
+
+    def write(self, record: dict[str, Any]) -> bool:
+        if self.broken:
+            return False
+        try:
+            self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except BrokenPipeError:
+            self.broken = True
+            return False
+        return True
+
+    def close(self) -> None:
+        try:
+            if self._owned:
+                self._stream.close()
+            elif not self.broken:
+                self._stream.flush()
+        except BrokenPipeError:
+            self.broken = True
+        if self.broken and not self._owned:
+            # Python would report the closed pipe again at exit; point stdout at nothing instead.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+def _open_output(path: str | None) -> RecordSink:
+    if path is None or path == "-":
+        return RecordSink(sys.stdout, owned=False)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"-o {path}: the directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"-o {path}: is a directory")
+    try:
+        return RecordSink(open(path, "w", encoding="utf-8", buffering=1 << 16), owned=True)
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _build_engine(options: BatchOptions) -> "ContextPrecisionEngine":
+    from scorer.config import JudgeConfig
+    from scorer.engine import build_engine
+
+    try:
+        config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency)
+        return build_engine(config, scale=options.scale)
+    except ValueError as exc:
+        raise UsageError(f"judge configuration: {exc}") from None
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """One self-overwriting stderr line: count, rate and ETA. Redrawn at most 10 times a second."""
+
+    def __init__(self, stream: IO[str], total: int | None) -> None:
+        self._stream = stream
+        self._total = total
+        self._started = time.monotonic()
+        self._drawn_at = 0.0
+        self._done = 0
+
+    def update(self, done: int) -> None:
+        self._done = done
+        now = time.monotonic()
+        if now - self._drawn_at >= 0.1:
+            self._drawn_at = now
+            self._draw(now)
+
+    def finish(self) -> None:
+        self._draw(time.monotonic())
+        self._stream.write("\n")
+
+    def _draw(self, now: float) -> None:
+        elapsed = max(now - self._started, 1e-9)
+        rate = self._done / elapsed
+        if self._total:
+            left = max(self._total - self._done, 0)
+            eta = f"ETA {_duration(left / rate)}" if rate > 0 else "ETA --"
+            width = 24
+            filled = min(width, int(width * self._done / self._total))
+            line = f"[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total} {rate:.1f}/s {eta}"
+        else:
+            line = f"{self._done} scored {rate:.1f}/s"
+        self._stream.write("\r" + line + "\x1b[K")
+        self._stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"

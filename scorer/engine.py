@@ -1,0 +1,128 @@
+"""ContextPrecisionEngine: query + ranked contexts (+ answer) -> ScoreResult.
+
+It picks the reference (expected_output, else output, else the query alone), has the judge
+rule on every context, computes MAP and its companions from those verdicts, and writes the
+reason. It knows nothing about where contexts come from (that is scorer.py's job) or about
+transport (that is the ChatClient's)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Sequence
+
+from scorer.config import JudgeConfig
+from scorer.judge.base import Judge
+from scorer.judge.chat import RequestObserver
+from scorer.precision import summarize, validate_scale
+from scorer.reason import build_reason
+from scorer.result import ReferenceKind, ScoreResult
+
+NO_CONTEXT_MESSAGE = "No context available for evaluation"
+
+
+def pick_reference(query: str, output: str | None, expected_output: str | None) -> tuple[ReferenceKind, str]:
+    if isinstance(expected_output, str) and expected_output.strip():
+        return "expected_output", expected_output
+    if isinstance(output, str) and output.strip():
+        return "output", output
+    return "query", ""
+
+
+def fingerprint(model: str, prompt_version: str, scale: float, reason_mode: str, max_context_chars: int) -> str:
+    blob = json.dumps(
+        {"model": model, "prompt": prompt_version, "scale": float(scale), "reason": reason_mode, "chars": max_context_chars},
+        sort_keys=True,
+    )
+    return "cp-" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class ContextPrecisionEngine:
+    def __init__(self, judge: Judge, *, scale: float = 1, reason_mode: str = "template", max_context_chars: int = 4000) -> None:
+        self.judge = judge
+        self.scale = validate_scale(scale)
+        self.model = judge.model
+        self.prompt_version = judge.prompt_version
+        self.annotator_kind = judge.annotator_kind
+        self.reason_mode = reason_mode
+        self.max_context_chars = max_context_chars
+        self.fingerprint = fingerprint(self.model, self.prompt_version, self.scale, reason_mode, max_context_chars)
+
+    async def score(
+        self,
+        query: str,
+        contexts: Sequence[str],
+        *,
+        output: str | None = None,
+        expected_output: str | None = None,
+    ) -> ScoreResult:
+        if not isinstance(query, str):
+            raise ValueError(f"query: must be a string, got {type(query).__name__}")
+        if contexts is None or isinstance(contexts, (str, bytes)):
+            raise ValueError("contexts: must be a list of strings")
+        contexts = list(contexts)
+        if not contexts:
+            raise ValueError(NO_CONTEXT_MESSAGE)
+        bad = [i for i, c in enumerate(contexts) if not isinstance(c, str)]
+        if bad:
+            raise ValueError(f"contexts: every context must be a string; not at index {bad[:5]}")
+        reference_kind, reference = pick_reference(query, output, expected_output)
+        outcome = await self.judge.judge(query, contexts, reference_kind=reference_kind, reference=reference)
+        summary = summarize([v.relevant for v in outcome.verdicts], self.scale)
+        reason = None
+        try:
+            reason = await self.judge.explain(
+                query=query,
+                reference_kind=reference_kind,
+                reference=reference,
+                score=summary.score,
+                verdicts=outcome.verdicts,
+                usage=outcome.usage,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure of the optional reason call
+            # The verdicts and the score are sound; only the judge-written prose is missing.
+            fallback_note = f" (The judge-written reason was unavailable: {exc}.)"
+        else:
+            fallback_note = ""
+        if reason is None:
+            reason = build_reason(
+                score=summary.score,
+                verdicts=outcome.verdicts,
+                summary=summary,
+                reference_kind=reference_kind,
+                truncated_contexts=outcome.truncated_contexts,
+                max_context_chars=self.max_context_chars,
+            ) + fallback_note
+        return ScoreResult(
+            score=summary.score,
+            reason=reason,
+            verdicts=outcome.verdicts,
+            precision_at_k=summary.precision_at_k,
+            hit=summary.hit,
+            first_relevant_rank=summary.first_relevant_rank,
+            relevant_count=summary.relevant_count,
+            k=summary.k,
+            scale=self.scale,
+            reference_kind=reference_kind,
+            usage=outcome.usage,
+            truncated_contexts=outcome.truncated_contexts,
+        )
+
+    async def aclose(self) -> None:
+        await self.judge.aclose()
+
+
+def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None) -> ContextPrecisionEngine:
+    """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient."""
+    validate_scale(scale)
+    if config.model.strip().lower() == "local":
+        from scorer.judge.local import LocalJudge
+
+        judge: Judge = LocalJudge(max_context_chars=config.max_context_chars)
+    else:
+        from scorer.judge.factory import make_chat_client
+        from scorer.judge.llm import LLMJudge
+
+        judge = LLMJudge(make_chat_client(config, observer), config)
+    return ContextPrecisionEngine(
+        judge, scale=scale, reason_mode=config.reason_mode, max_context_chars=config.max_context_chars
+    )

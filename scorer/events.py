@@ -1,0 +1,219 @@
+"""RAG events: the JSON that `ctxprec score` reads line by line and that Kafka carries in format
+`rag_event` (SPEC.md section 3). Parsing is strict and every error names the field and what is
+wrong with it, so that one bad event can be reported without losing the others."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+_SPAN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+
+# The fields an event may carry; anything else is ignored (producers add their own keys).
+_OPTIONAL_TEXT = ("service", "output", "expected_output")
+
+
+class EventError(ValueError):
+    """A RAG event that cannot be scored. The message names the field and the problem."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(slots=True)
+class EventContext:
+    """One retrieved context, in rank order."""
+
+    content: str
+    id: str | None = None
+    score: float | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class RagEvent:
+    query: str
+    contexts: list[EventContext]
+    trace_id: str = ""  # 32 lowercase hex, or "" when the producer gave none
+    span_id: str = ""  # 16 lowercase hex, or ""
+    service: str = ""
+    output: str | None = None
+    expected_output: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    timestamp: str | None = None
+
+    @property
+    def retriever(self) -> str:
+        """The retriever's name, read from `attributes.retriever` (what the score record carries)."""
+        value = self.attributes.get("retriever")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def context_texts(self) -> list[str]:
+        return [c.content for c in self.contexts]
+
+
+def parse_rag_event(obj: Any) -> RagEvent:
+    """Validate a decoded JSON value as a RAG event. Raises EventError."""
+    if not isinstance(obj, dict):
+        raise EventError(f"an event must be a JSON object, got {_json_type(obj)}")
+    for name in ("query", "contexts"):
+        if name not in obj or obj[name] is None:
+            raise EventError(f"missing required field '{name}'")
+    query = obj["query"]
+    if not isinstance(query, str):
+        raise EventError(f"'query' must be a string, got {_json_type(query)}")
+    contexts = _parse_contexts(obj["contexts"])
+
+    texts: dict[str, str | None] = {}
+    for name in _OPTIONAL_TEXT:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, str):
+            raise EventError(f"'{name}' must be a string, got {_json_type(value)}")
+        texts[name] = value
+
+    attributes = obj.get("attributes")
+    if attributes is None:
+        attributes = {}
+    elif not isinstance(attributes, dict):
+        raise EventError(f"'attributes' must be an object, got {_json_type(attributes)}")
+
+    return RagEvent(
+        query=query,
+        contexts=contexts,
+        trace_id=_parse_id(obj, "trace_id", _TRACE_ID_RE, 32),
+        span_id=_parse_id(obj, "span_id", _SPAN_ID_RE, 16),
+        service=texts["service"] or "",
+        output=texts["output"],
+        expected_output=texts["expected_output"],
+        attributes=attributes,
+        timestamp=_parse_timestamp(obj.get("timestamp")),
+    )
+
+
+def parse_rag_event_line(line: str, line_no: int) -> RagEvent:
+    """Parse one JSONL line; the error message starts with `line N: `."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise EventError(f"line {line_no}: not valid JSON ({_json_error(exc)})") from None
+    try:
+        return parse_rag_event(obj)
+    except EventError as exc:
+        raise EventError(f"line {line_no}: {exc.message}") from None
+
+
+_CONTEXTS_SHAPE = "'contexts' must be a list of strings or objects with 'content'"
+
+
+def _parse_contexts(value: Any) -> list[EventContext]:
+    if not isinstance(value, list):
+        raise EventError(f"{_CONTEXTS_SHAPE}, got {_json_type(value)}")
+    out: list[EventContext] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            out.append(EventContext(content=item))
+            continue
+        if not isinstance(item, dict):
+            raise EventError(f"{_CONTEXTS_SHAPE}; item {i} is {_json_type(item)}")
+        content = item.get("content")
+        if not isinstance(content, str):
+            problem = "has no 'content'" if content is None else f"has 'content' of type {_json_type(content)}"
+            raise EventError(f"{_CONTEXTS_SHAPE}; item {i} {problem}")
+        doc_id = item.get("id")
+        if doc_id is not None and (isinstance(doc_id, bool) or not isinstance(doc_id, (str, int))):
+            raise EventError(f"'contexts' item {i}: 'id' must be a string, got {_json_type(doc_id)}")
+        score = item.get("score")
+        if score is not None and (not _is_finite_number(score)):
+            raise EventError(f"'contexts' item {i}: 'score' must be a number, got {_json_type(score)}")
+        metadata = item.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise EventError(f"'contexts' item {i}: 'metadata' must be an object, got {_json_type(metadata)}")
+        out.append(
+            EventContext(
+                content=content,
+                id=None if doc_id is None else str(doc_id),
+                score=None if score is None else float(score),
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+def _parse_id(obj: dict[str, Any], name: str, pattern: re.Pattern[str], hex_len: int) -> str:
+    value = obj.get(name)
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or not pattern.match(value.lower()):
+        shown = repr(value[:80]) if isinstance(value, str) else _json_type(value)
+        raise EventError(f"'{name}' must be {hex_len} hex characters, got {shown}")
+    # Trace/span ids are compared and hashed: one canonical (lowercase) spelling.
+    return value.lower()
+
+
+def _parse_timestamp(value: Any) -> str | None:
+    """RFC 3339 text is kept as given; epoch seconds (a number) are accepted too, since many
+    producers emit those, and turned into RFC 3339 so consumers see one form."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if parse_rfc3339(value) is None:
+            raise EventError(f"'timestamp' must be an RFC 3339 time such as 2026-11-29T12:00:00Z, got {value[:80]!r}")
+        return value
+    if _is_finite_number(value):
+        from datetime import datetime, timezone
+
+        try:
+            moment = datetime.fromtimestamp(float(value), tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise EventError(f"'timestamp' is out of range: {value!r}") from None
+        return moment.isoformat().replace("+00:00", "Z")
+    raise EventError(f"'timestamp' must be an RFC 3339 string or epoch seconds, got {_json_type(value)}")
+
+
+def parse_rfc3339(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time, or None when it is not one."""
+    from datetime import datetime, timezone
+
+    candidate = text.strip()
+    if len(candidate) < 10 or candidate[4:5] != "-":
+        return None
+    if candidate.endswith(("Z", "z")):
+        candidate = candidate[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(candidate)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _json_error(exc: ValueError) -> str:
+    msg = getattr(exc, "msg", None)
+    pos = getattr(exc, "colno", None)
+    return f"{msg} at column {pos}" if msg and pos else str(exc)

@@ -1,0 +1,53 @@
+"""Bounded LRU cache of per-context verdicts.
+
+The key covers everything the verdict depends on: model, prompt version, the reference text,
+the query and the context text as sent (after truncation). It is hashed so that the cache holds
+32 bytes per key rather than whole documents."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CachedVerdict:
+    relevant: bool
+    reason: str
+
+
+def verdict_key(model: str, prompt_version: str, reference: str, query: str, context: str) -> bytes:
+    # JSON framing so that no two different field tuples serialise to the same bytes.
+    blob = json.dumps([model, prompt_version, reference, query, context], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).digest()
+
+
+class VerdictCache:
+    def __init__(self, max_size: int) -> None:
+        if max_size < 0:
+            raise ValueError(f"cache_size: must be >= 0, got {max_size!r}")
+        self.max_size = max_size
+        self._items: OrderedDict[bytes, CachedVerdict] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: bytes) -> CachedVerdict | None:
+        item = self._items.get(key)
+        if item is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return item
+
+    def put(self, key: bytes, verdict: CachedVerdict) -> None:
+        if self.max_size == 0:
+            return
+        self._items[key] = verdict
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_size:
+            self._items.popitem(last=False)

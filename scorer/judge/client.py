@@ -1,0 +1,285 @@
+"""LimitedChatClient: the ChatClient that wraps a transport (direct aiohttp or litellm) with the
+judge's limits: a concurrency cap, requests/tokens per minute, a per-attempt timeout, retries with
+backoff that honours Retry-After, a circuit breaker, one RequestEvent per attempt, token usage
+and cost.
+
+Transports make exactly one HTTP attempt per `send` and report failures as AttemptError with an
+outcome label; every policy decision (retry or not, how long to wait) is made here."""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from scorer.config import JudgeConfig
+from scorer.judge.chat import (
+    ChatMessage,
+    ChatResponse,
+    JudgeBadResponse,
+    JudgeError,
+    JudgeRateLimited,
+    JudgeTimeout,
+    JudgeUnavailable,
+    RequestEvent,
+    RequestObserver,
+)
+from scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter
+
+log = logging.getLogger(__name__)
+
+# Outcomes worth another attempt. A client error (400, 401, 404...) would fail the same way again.
+RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection_error", "bad_response"})
+
+
+class AttemptError(Exception):
+    """One attempt failed. `outcome` is a RequestEvent outcome label; `retry_after_s` is the
+    server's Retry-After, when it gave one. The message must not carry credentials or headers."""
+
+    def __init__(self, outcome: str, message: str, *, status: int | None = None, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.outcome = outcome
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class TransportReply:
+    text: str
+    prompt_tokens: int | None  # None when the server sent no usage
+    completion_tokens: int | None
+
+
+class ChatTransport(Protocol):
+    """One HTTP attempt. Raises AttemptError for anything but a usable first choice."""
+
+    secrets: tuple[str, ...]  # strings to scrub from any error text (the API key)
+
+    async def send(
+        self, messages: Sequence[ChatMessage], *, max_tokens: int | None, json_mode: bool, temperature: float
+    ) -> TransportReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def status_outcome(status: int) -> str:
+    """The RequestEvent outcome of a non-200 HTTP status."""
+    if status == 429:
+        return "rate_limited"
+    if status == 408:
+        return "timeout"
+    if status == 409 or status >= 500:
+        return "server_error"
+    return "client_error"
+
+
+# --- cost ---------------------------------------------------------------------------------------
+
+_PRICES: dict[str, tuple[float, float]] = {}
+_MAP_NAMES: frozenset[str] | None = None
+
+
+def _surely_unpriced(model: str) -> bool:
+    """True when litellm's bundled cost map cannot know this model: no entry ends in its last
+    name segment. Saves importing litellm (seconds of CPU) for the stub and self-hosted models;
+    anything that might be known still goes through litellm.cost_per_token."""
+    global _MAP_NAMES
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True") != "True":
+        return False  # a remote map may know more than the bundled one
+    if _MAP_NAMES is None:
+        try:
+            spec = importlib.util.find_spec("litellm")  # locates the package without importing it
+            origin = spec.origin if spec is not None else None
+            if origin is None:
+                return False
+            with open(os.path.join(os.path.dirname(origin), "model_prices_and_context_window_backup.json"), "rb") as f:
+                _MAP_NAMES = frozenset(key.rsplit("/", 1)[-1].lower() for key in json.load(f))
+        except (OSError, ValueError, ImportError):
+            return False
+    return model.rsplit("/", 1)[-1].lower() not in _MAP_NAMES
+
+
+def model_prices(model: str) -> tuple[float, float]:
+    """USD per prompt token and per completion token from litellm's cost map; (0, 0) for models
+    it does not know (the stub's, self-hosted ones). Looked up once per model."""
+    prices = _PRICES.get(model)
+    if prices is None:
+        if _surely_unpriced(model):
+            prices = (0.0, 0.0)
+        else:
+            prices = _litellm_prices(model)
+        _PRICES[model] = prices
+    return prices
+
+
+def _litellm_prices(model: str) -> tuple[float, float]:
+    from scorer.judge.transport_litellm import import_litellm
+
+    try:
+        litellm = import_litellm()
+        prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+        prices = (float(prompt_cost), float(completion_cost))
+    except Exception:  # litellm raises its own family for unmapped models; any failure means "unknown"
+        return (0.0, 0.0)
+    if not all(math.isfinite(p) and p >= 0 for p in prices):
+        return (0.0, 0.0)
+    return prices
+
+
+def _estimate_tokens(messages: Sequence[ChatMessage]) -> int:
+    return -(-sum(len(m.content) for m in messages) // 4)
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+
+class LimitedChatClient:
+    def __init__(
+        self,
+        transport: ChatTransport,
+        *,
+        model: str,
+        config: JudgeConfig,
+        observer: RequestObserver | None = None,
+        backoff: Backoff | None = None,
+        breaker: CircuitBreaker | None = None,
+        limiter: RateLimiter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.model = model
+        self._transport = transport
+        self._observer = observer
+        self._timeout_s = config.timeout_s
+        self._max_retries = config.max_retries
+        self._temperature = config.temperature
+        self._backoff = backoff or Backoff()
+        self._breaker = breaker or CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
+        limiter = limiter or RateLimiter(config.requests_per_minute, config.tokens_per_minute)
+        self._limiter = limiter if limiter.active else None
+        self._semaphore = asyncio.Semaphore(config.concurrency)
+        self._random = (rng or random.Random()).random
+        self._secrets = tuple(s for s in (config.api_key, *getattr(transport, "secrets", ())) if s)
+        self._prices: tuple[float, float] | None = None
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
+
+    @property
+    def transport(self) -> ChatTransport:
+        return self._transport
+
+    async def _resolve_prices(self) -> tuple[float, float]:
+        if self._prices is None:
+            prices = _PRICES.get(self.model)
+            if prices is None:
+                # litellm's import takes seconds: keep it off the event loop.
+                prices = await asyncio.to_thread(model_prices, self.model)
+            self._prices = prices
+        return self._prices
+
+    def _emit(self, outcome: str, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer(RequestEvent(self.model, outcome, latency_s, prompt_tokens, completion_tokens, cost))
+        except Exception:  # metrics must never break judging
+            log.exception("judge request observer failed")
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None = None,
+        json_mode: bool = True,
+    ) -> ChatResponse:
+        try:
+            probe = self._breaker.before_call(self.model)
+        except JudgeUnavailable:
+            self._emit("circuit_open", 0.0)
+            raise
+        estimate = _estimate_tokens(messages) if self._limiter is not None else 0
+        settled = False
+        attempts = 0
+        try:
+            while True:
+                attempts += 1
+                if attempts > 1:
+                    try:
+                        self._breaker.check(self.model)
+                    except JudgeUnavailable:
+                        self._emit("circuit_open", 0.0)
+                        settled = True  # the breaker already knows; this call does not count again
+                        raise
+                if self._limiter is not None:
+                    await self._limiter.acquire(estimate)
+                error: AttemptError | None = None
+                async with self._semaphore:
+                    started = time.perf_counter()
+                    try:
+                        async with asyncio.timeout(self._timeout_s):
+                            reply = await self._transport.send(
+                                messages, max_tokens=max_tokens, json_mode=json_mode, temperature=self._temperature
+                            )
+                    except AttemptError as exc:
+                        error = exc
+                    except TimeoutError:
+                        error = AttemptError("timeout", f"no answer within {self._timeout_s:g}s")
+                    latency_s = time.perf_counter() - started
+                if error is None:
+                    return await self._succeeded(reply, messages, estimate, latency_s, attempts)
+                self._emit(error.outcome, latency_s)
+                if error.outcome not in RETRYABLE or attempts > self._max_retries or probe:
+                    break
+                await asyncio.sleep(self._backoff.delay(attempts - 1, error.retry_after_s, self._random))
+            if error.outcome in RETRYABLE:
+                self._breaker.record_failure()
+                settled = True
+            raise self._judge_error(error, attempts)
+        except BaseException:
+            if probe and not settled:
+                self._breaker.release_probe()
+            raise
+
+    async def _succeeded(
+        self, reply: TransportReply, messages: Sequence[ChatMessage], estimate: int, latency_s: float, attempts: int
+    ) -> ChatResponse:
+        self._breaker.record_success()
+        prompt_tokens = reply.prompt_tokens
+        if prompt_tokens is None:
+            prompt_tokens = estimate or _estimate_tokens(messages)
+        completion_tokens = reply.completion_tokens
+        if completion_tokens is None:
+            completion_tokens = -(-len(reply.text) // 4)
+        if self._limiter is not None:
+            self._limiter.settle(estimate, prompt_tokens + completion_tokens)
+        prompt_price, completion_price = self._prices or await self._resolve_prices()
+        cost = prompt_tokens * prompt_price + completion_tokens * completion_price
+        self._emit("ok", latency_s, prompt_tokens, completion_tokens, cost)
+        return ChatResponse(reply.text, prompt_tokens, completion_tokens, cost, latency_s * 1000.0, attempts)
+
+    def _judge_error(self, error: AttemptError, attempts: int) -> JudgeError:
+        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
+        message = self._scrub(f"judge {self.model}: {error} ({tries})")
+        if error.outcome == "rate_limited":
+            return JudgeRateLimited(message)
+        if error.outcome == "timeout":
+            return JudgeTimeout(message)
+        if error.outcome == "bad_response":
+            return JudgeBadResponse(message)
+        return JudgeError(message, kind=error.outcome)
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()

@@ -1,0 +1,166 @@
+"""LLMJudge: judges a sample's contexts through a ChatClient with the batched verdict prompt.
+
+One call per sample when it has at most `max_contexts_per_call` contexts, else concurrent
+batches that keep the original indices. Cached contexts are not sent. An answer that lacks
+verdicts for some indices is followed by a re-ask for those indices only (at most two); an
+answer that is not readable JSON is asked again (at most two retries). If verdicts are still
+missing the sample fails with JudgeBadResponse: a missing verdict is never taken for "no"."""
+from __future__ import annotations
+
+import asyncio
+from typing import Sequence
+
+from scorer.config import JudgeConfig
+from scorer.judge.base import JudgeOutcome, truncate
+from scorer.judge.cache import CachedVerdict, VerdictCache, verdict_key
+from scorer.judge.chat import ChatClient, JudgeBadResponse
+from scorer.judge.prompt import PROMPT_VERSION, reason_messages, verdict_messages
+from scorer.judge.verdicts import MalformedAnswer, ParsedVerdict, parse_reason, parse_verdicts
+from scorer.result import JudgeUsage, ReferenceKind, Verdict
+
+MAX_REASKS = 2
+MAX_MALFORMED_RETRIES = 2
+# Room for one short reason per verdict; a cut-off answer would be unreadable JSON.
+_TOKENS_PER_VERDICT = 96
+_TOKENS_OVERHEAD = 64
+_REASON_MAX_TOKENS = 400
+
+
+class LLMJudge:
+    annotator_kind = "LLM"
+    prompt_version = PROMPT_VERSION
+
+    def __init__(self, client: ChatClient, config: JudgeConfig, *, cache: VerdictCache | None = None) -> None:
+        self.client = client
+        self.config = config
+        self.model = config.model
+        self.cache = cache if cache is not None else VerdictCache(config.cache_size)
+
+    async def judge(
+        self, query: str, contexts: Sequence[str], *, reference_kind: ReferenceKind, reference: str
+    ) -> JudgeOutcome:
+        texts, truncated = truncate(contexts, self.config.max_context_chars)
+        usage = JudgeUsage(model=self.model, prompt_version=self.prompt_version)
+        found: dict[int, Verdict] = {}
+        keys = [verdict_key(self.model, self.prompt_version, reference, query, text) for text in texts]
+        to_send: list[tuple[int, str]] = []
+        for index, (key, text) in enumerate(zip(keys, texts)):
+            hit = self.cache.get(key)
+            if hit is None:
+                to_send.append((index, text))
+            else:
+                found[index] = Verdict(index, hit.relevant, hit.reason, cached=True)
+        usage.cached_contexts = len(found)
+
+        batches = _split(to_send, self.config.max_contexts_per_call)
+        if len(batches) == 1:
+            results = [await self._judge_batch(batches[0], query, reference_kind, reference, usage)]
+        elif batches:
+            async with asyncio.TaskGroup() as group:  # one failed batch cancels the others
+                tasks = [
+                    group.create_task(self._judge_batch(batch, query, reference_kind, reference, usage))
+                    for batch in batches
+                ]
+            results = [task.result() for task in tasks]
+        else:
+            results = []
+        for parsed in results:
+            for index, verdict in parsed.items():
+                found[index] = Verdict(index, verdict.relevant, verdict.reason)
+                self.cache.put(keys[index], CachedVerdict(verdict.relevant, verdict.reason))
+        return JudgeOutcome([found[i] for i in range(len(texts))], usage, truncated)
+
+    async def _judge_batch(
+        self,
+        items: list[tuple[int, str]],
+        query: str,
+        reference_kind: ReferenceKind,
+        reference: str,
+        usage: JudgeUsage,
+    ) -> dict[int, ParsedVerdict]:
+        texts = dict(items)
+        pending = [index for index, _ in items]
+        got: dict[int, ParsedVerdict] = {}
+        reasks = malformed = 0
+        while True:
+            messages = verdict_messages(
+                query=query,
+                reference_kind=reference_kind,
+                reference=reference,
+                items=[(i, texts[i]) for i in pending],
+            )
+            response = await self.client.complete(
+                messages, max_tokens=_TOKENS_OVERHEAD + _TOKENS_PER_VERDICT * len(pending), json_mode=True
+            )
+            usage.add_call(response.prompt_tokens, response.completion_tokens, response.cost_usd, response.latency_ms)
+            try:
+                parsed = parse_verdicts(response.text, pending)
+            except MalformedAnswer as exc:
+                malformed += 1
+                if malformed > MAX_MALFORMED_RETRIES:
+                    raise JudgeBadResponse(
+                        f"judge {self.model} answered {malformed} times without readable verdict JSON "
+                        f"for context indices {pending}: {exc}"
+                    ) from None
+                continue
+            got.update(parsed.verdicts)
+            if not parsed.unresolved:
+                return got
+            reasks += 1
+            if reasks > MAX_REASKS:
+                raise JudgeBadResponse(
+                    f"judge {self.model} gave no valid verdict for context indices {parsed.unresolved} "
+                    f"after {MAX_REASKS} re-asks (last answer: {parsed.describe()}); no score is made up"
+                )
+            pending = parsed.unresolved
+
+    async def explain(
+        self,
+        *,
+        query: str,
+        reference_kind: ReferenceKind,
+        reference: str,
+        score: float,
+        verdicts: Sequence[Verdict],
+        usage: JudgeUsage,
+    ) -> str | None:
+        if self.config.reason_mode != "llm":
+            return None
+        messages = reason_messages(
+            query=query,
+            reference_kind=reference_kind,
+            reference=reference,
+            score=score,
+            verdicts=[v.to_dict() for v in verdicts],
+        )
+        last_error = ""
+        for _ in range(1 + MAX_MALFORMED_RETRIES):
+            response = await self.client.complete(messages, max_tokens=_REASON_MAX_TOKENS, json_mode=True)
+            usage.add_call(response.prompt_tokens, response.completion_tokens, response.cost_usd, response.latency_ms)
+            try:
+                return parse_reason(response.text)
+            except MalformedAnswer as exc:
+                last_error = str(exc)
+        # The score stands on the verdicts alone; the engine falls back to the template reason.
+        raise ReasonUnavailable(f"judge {self.model} gave no readable reason: {last_error}")
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class ReasonUnavailable(Exception):
+    """reason_mode="llm" got no usable reason; the verdicts (and so the score) are still good."""
+
+
+def _split(items: list[tuple[int, str]], size: int) -> list[list[tuple[int, str]]]:
+    """Even batches of at most `size` (11 items at size 10 -> 6 + 5, not 10 + 1)."""
+    if not items:
+        return []
+    count = -(-len(items) // size)
+    base, extra = divmod(len(items), count)
+    out, start = [], 0
+    for b in range(count):
+        end = start + base + (1 if b < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out

@@ -1,0 +1,172 @@
+"""Score records (SPEC.md section 3): the JSON written by `ctxprec score`, the sidecar and the
+Kafka results topic. One builder so that all three write the same fields in the same order."""
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from scorer.result import JudgeUsage, ScoreResult
+
+# The order of the keys is part of the format: consumers diff and grep these lines.
+RECORD_FIELDS: tuple[str, ...] = (
+    "id",
+    "trace_id",
+    "span_id",
+    "service",
+    "retriever",
+    "score",
+    "scale",
+    "reason",
+    "verdicts",
+    "precision_at_k",
+    "hit",
+    "first_relevant_rank",
+    "relevant_count",
+    "k",
+    "reference_kind",
+    "judge",
+    "sample_rate",
+    "decision",
+    "error",
+    "scored_at",
+)
+JUDGE_FIELDS: tuple[str, ...] = (
+    "model",
+    "prompt_version",
+    "calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "latency_ms",
+    "cached_contexts",
+)
+
+
+def record_id(trace_id: str, span_id: str, fingerprint: str, *, content: str | None = None) -> str:
+    """The idempotency key: the same span scored by the same scorer configuration always gets the
+    same id, so a replayed Kafka message or a re-run batch can be de-duplicated downstream.
+
+    An event without trace and span ids has no identity of its own; `content` (e.g. the query and
+    contexts) stands in for it so that two different id-less events do not collide."""
+    if trace_id or span_id or content is None:
+        key = f"{trace_id}\x1f{span_id}\x1f{fingerprint}"
+    else:
+        key = f"content\x1f{content}\x1f{fingerprint}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def rfc3339_now() -> str:
+    return rfc3339(datetime.now(timezone.utc))
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC, millisecond precision, `Z` suffix (2026-11-29T12:00:00.123Z)."""
+    utc = moment.astimezone(timezone.utc) if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def score_record(
+    result: ScoreResult,
+    *,
+    record_id: str,
+    trace_id: str = "",
+    span_id: str = "",
+    service: str = "",
+    retriever: str = "",
+    model: str = "",
+    prompt_version: str = "",
+    sample_rate: float = 1.0,
+    decision: str = "evaluated",
+    scored_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them."""
+    return {
+        "id": record_id,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "service": service,
+        "retriever": retriever,
+        "score": result.score,
+        "scale": _plain_number(result.scale),
+        "reason": result.reason,
+        "verdicts": [v.to_dict() for v in result.verdicts],
+        "precision_at_k": result.precision_at_k,
+        "hit": result.hit,
+        "first_relevant_rank": result.first_relevant_rank,
+        "relevant_count": result.relevant_count,
+        "k": result.k,
+        "reference_kind": result.reference_kind,
+        "judge": judge_block(result.usage, model=model, prompt_version=prompt_version),
+        "sample_rate": _plain_number(sample_rate),
+        "decision": decision,
+        "error": None,
+        "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
+    }
+
+
+def failure_record(
+    *,
+    error_type: str,
+    message: str,
+    record_id: str,
+    trace_id: str = "",
+    span_id: str = "",
+    service: str = "",
+    retriever: str = "",
+    scale: float = 1,
+    model: str = "",
+    prompt_version: str = "",
+    k: int | None = None,
+    reference_kind: str | None = None,
+    usage: JudgeUsage | None = None,
+    sample_rate: float = 1.0,
+    decision: str = "failed",
+    scored_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The record of a sample that got no score: every score field is null, `error` says why.
+    `usage` keeps what the failed attempt still cost (tokens spent before the failure)."""
+    return {
+        "id": record_id,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "service": service,
+        "retriever": retriever,
+        "score": None,
+        "scale": _plain_number(scale),
+        "reason": None,
+        "verdicts": [],
+        "precision_at_k": None,
+        "hit": None,
+        "first_relevant_rank": None,
+        "relevant_count": None,
+        "k": k,
+        "reference_kind": reference_kind,
+        "judge": judge_block(usage or JudgeUsage(), model=model, prompt_version=prompt_version),
+        "sample_rate": _plain_number(sample_rate),
+        "decision": decision,
+        "error": {"type": error_type, "message": message},
+        "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
+    }
+
+
+def judge_block(usage: JudgeUsage, *, model: str = "", prompt_version: str = "") -> dict[str, Any]:
+    return {
+        "model": usage.model or model,
+        "prompt_version": usage.prompt_version or prompt_version,
+        "calls": usage.calls,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        # Float noise from summing per-call costs would show as 1.2000000000000002e-05.
+        "cost_usd": round(usage.cost_usd, 10),
+        "latency_ms": round(usage.latency_ms, 1),
+        "cached_contexts": usage.cached_contexts,
+    }
+
+
+def _plain_number(value: float) -> float | int:
+    """1.0 -> 1 so that records read `"scale": 1` as in SPEC.md; other values untouched."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value

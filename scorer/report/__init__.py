@@ -1,0 +1,56 @@
+"""`ctxprec report SCORES.jsonl -o REPORT.html`: score records as one self-contained HTML page."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from scorer.report.load import LoadedRecords, load_records
+from scorer.report.render import render_report
+from scorer.report.stats import ReportData, compute
+
+__all__ = ["add_arguments", "run", "build_report", "load_records", "compute", "render_report"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scores", metavar="SCORES.jsonl", help="score records written by 'ctxprec score' or the sidecar")
+    parser.add_argument("-o", "--output", metavar="REPORT.html", required=True, help="where to write the HTML report")
+
+
+def build_report(path: str) -> tuple[str, LoadedRecords, ReportData]:
+    with open(path, "rb") as stream:
+        loaded = load_records(stream)
+    data = compute(loaded.records)
+    return render_report(path, loaded, data), loaded, data
+
+
+def run(args: argparse.Namespace) -> int:
+    source, target = args.scores, args.output
+    if os.path.isdir(source):
+        return _usage(f"{source}: is a directory, expected a JSONL file of score records")
+    if not os.path.exists(source):
+        return _usage(f"{source}: no such file")
+    directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        return _usage(f"-o {target}: the directory {directory} does not exist")
+    try:
+        html, loaded, data = build_report(source)
+    except OSError as exc:
+        return _usage(f"{source}: cannot read ({exc.strerror or exc})")
+    try:
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(html)
+    except OSError as exc:
+        return _usage(f"-o {target}: cannot write ({exc.strerror or exc})")
+    if loaded.problem_count:
+        first = loaded.problems[0]
+        sys.stderr.write(f"ctxprec report: skipped {loaded.problem_count} line(s) that are not score records (first: {first})\n")
+    if not loaded.records:
+        sys.stderr.write(f"ctxprec report: no score records in {source}; the report says so\n")
+    sys.stderr.write(f"ctxprec report: {data.total} records ({data.scored} scored, {data.failed} failed) -> {target}\n")
+    return 0
+
+
+def _usage(message: str) -> int:
+    sys.stderr.write(f"ctxprec report: error: {message}\n")
+    return 2

@@ -1,0 +1,192 @@
+"""End to end: a RAG app's OpenTelemetry SDK -> OTLP (gRPC/HTTP) -> ctxprec serve (in-process) ->
+stub judge over HTTP -> scores written back to a real OTLP receiver, and metrics over HTTP."""
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from collector.stub_judge import StubJudge
+from collector.sampling.sampler import Sampler
+from tests.collector.rag_app import RagApp, running, scrape, serve_config, value, wait_until
+from tests.helpers.otlp_capture import OtlpCapture
+
+MakeStub = Callable[..., Awaitable[StubJudge]]
+QUERY = "How do I reset my password?"
+ANSWER = "Open settings and choose reset password."
+# The stub judges [relevant]/[irrelevant] markers: MAP(yes, no, yes) = (1 + 2/3) / 2 = 0.83.
+DOCS_083 = ["[relevant] Reset it under Settings > Security.", "[irrelevant] Our pricing plans.",
+            "[relevant] A reset link is emailed to you."]
+DOCS_050 = ["[irrelevant] Office opening hours.", "[relevant] Use the reset link."]
+DOCS_000 = ["[irrelevant] Holiday schedule.", "[irrelevant] Careers page."]
+EVAL_KEYS = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value", "gen_ai.evaluation.score.label",
+             "gen_ai.evaluation.explanation", "evaluations.0.evaluation.name", "evaluations.0.evaluation.score",
+             "evaluations.0.evaluation.label", "evaluations.0.evaluation.explanation",
+             "evaluations.0.evaluation.annotator_kind", "evaluations.0.evaluation.identifier", "ctxprec.verdicts",
+             "ctxprec.precision_at_k", "ctxprec.hit", "ctxprec.k", "ctxprec.judge.model", "ctxprec.prompt_version",
+             "ctxprec.sample_rate", "ctxprec.reference_kind")
+
+
+async def fetch(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url) as response:
+            return response.status, await response.text()
+
+
+def judge_flags(stub: StubJudge) -> list[str]:
+    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "test-key"]
+
+
+async def test_span_mode_grpc_in_http_out_openinference(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--write-back", "span")
+    try:
+        async with running(config) as pipeline:
+            status, _ = await fetch(f"{pipeline.metrics_url}/healthz")
+            assert status == 200
+            status, body = await fetch(f"{pipeline.metrics_url}/readyz")
+            assert status == 200, body
+            app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
+            high = app.openinference(QUERY, DOCS_083, ANSWER)
+            low = app.openinference(QUERY, DOCS_050, ANSWER, retriever="kb-v1")
+            await app.flush()
+            await app.close()
+            await wait_until(lambda: all(capture.span(e.retriever_span_id) is not None for e in (high, low)),
+                             what="scored retriever spans downstream")
+            await wait_until(lambda: len(capture.spans) >= 6, what="all six spans forwarded")
+
+            scored = capture.span(high.retriever_span_id)
+            assert scored is not None
+            a = scored.attributes
+            assert all(key in a for key in EVAL_KEYS), [k for k in EVAL_KEYS if k not in a]
+            assert a["gen_ai.evaluation.name"] == "context_precision"
+            assert a["gen_ai.evaluation.score.value"] == 0.83 == a["evaluations.0.evaluation.score"]
+            assert a["gen_ai.evaluation.score.label"] == "high" == a["evaluations.0.evaluation.label"]
+            assert a["gen_ai.evaluation.explanation"].startswith("The score is 0.83")
+            assert a["evaluations.0.evaluation.annotator_kind"] == "LLM"
+            assert a["evaluations.0.evaluation.identifier"] == pipeline.engine.fingerprint
+            assert [(v["index"], v["relevant"]) for v in json.loads(a["ctxprec.verdicts"])] == [
+                (0, True), (1, False), (2, True)]
+            assert a["ctxprec.first_relevant_rank"] == 1 and a["ctxprec.k"] == 3 and a["ctxprec.hit"] is True
+            assert a["ctxprec.sample_rate"] == 1.0 and a["ctxprec.reference_kind"] == "output"
+            # The original attributes are still there.
+            assert a["retrieval.documents.1.document.content"] == DOCS_083[1]
+
+            other = capture.span(low.retriever_span_id)
+            assert other is not None and other.attributes["gen_ai.evaluation.score.value"] == 0.5
+            # Spans that are not retrievals pass through without score attributes.
+            passthrough = [s for s in capture.spans if s.span_id not in (high.retriever_span_id, low.retriever_span_id)]
+            assert len(passthrough) == 4
+            assert not any("gen_ai.evaluation.name" in s.attributes for s in passthrough)
+
+            status, text = await fetch(f"{pipeline.metrics_url}/metrics")
+            assert status == 200
+            m = scrape(text)
+            assert value(m, "ctxprec_spans_received_total", receiver="otlp_grpc") == 6
+            assert value(m, "ctxprec_samples_total", service="support-bot", decision="evaluated") == 2
+            assert value(m, "ctxprec_context_precision_count", service="support-bot", retriever="kb-v2") == 1
+            assert value(m, "ctxprec_context_precision_count", service="support-bot", retriever="kb-v1") == 1
+            # 0.83 is in the 0.9 bucket, not the 0.8 one; 0.5 lands in 0.5.
+            assert value(m, "ctxprec_context_precision_bucket", service="support-bot", retriever="kb-v2", le="0.8") == 0
+            assert value(m, "ctxprec_context_precision_bucket", service="support-bot", retriever="kb-v2", le="0.9") == 1
+            assert value(m, "ctxprec_context_precision_bucket", service="support-bot", retriever="kb-v1", le="0.5") == 1
+            assert value(m, "ctxprec_rank_judged_total", service="support-bot", rank="2", relevant="false") == 1
+            assert value(m, "ctxprec_rank_judged_total", service="support-bot", rank="2", relevant="true") == 1
+            assert value(m, "ctxprec_judge_requests_total", model="openai/stub", outcome="ok") >= 2
+            assert value(m, "ctxprec_score_delay_seconds_count") == 2
+    finally:
+        await capture.stop()
+
+
+async def test_span_mode_http_in_grpc_out_genai_and_openllmetry(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.grpc_url, "--threshold", "0.9")
+    assert config.write_back == "span"  # the default for OTLP input
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="http", port=pipeline.otlp_http_port, service="search-app")
+            genai = app.genai(QUERY, DOCS_083, ANSWER)
+            ollm = app.openllmetry(QUERY, DOCS_000, ANSWER)
+            await app.flush()
+            await app.close()
+            await wait_until(lambda: len(capture.spans) >= 6, what="six spans downstream over gRPC")
+            await wait_until(lambda: all("gen_ai.evaluation.name" in (capture.span(e.retriever_span_id) or
+                                                                      _Empty).attributes for e in (genai, ollm)),
+                             what="scored spans")
+            g = capture.span(genai.retriever_span_id).attributes  # type: ignore[union-attr]
+            assert g["gen_ai.evaluation.score.value"] == 0.83
+            assert g["gen_ai.evaluation.score.label"] == "low"  # below the 0.9 threshold
+            o = capture.span(ollm.retriever_span_id).attributes  # type: ignore[union-attr]
+            assert o["gen_ai.evaluation.score.value"] == 0.0 and o["ctxprec.hit"] is False
+            assert "ctxprec.first_relevant_rank" not in o  # no relevant item: no rank
+            assert all(s.via == "grpc" for s in capture.spans)
+            _, text = await fetch(f"{pipeline.metrics_url}/metrics")
+            m = scrape(text)
+            assert value(m, "ctxprec_spans_received_total", receiver="otlp_http") == 6
+            assert value(m, "ctxprec_samples_total", service="search-app", decision="evaluated") == 2
+            assert value(m, "ctxprec_precision_at_k_count", service="search-app", retriever="retrieval kb") == 1
+    finally:
+        await capture.stop()
+
+
+class _Empty:
+    attributes: dict[str, Any] = {}
+
+
+async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--write-back", "evaluator")
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
+            emitted = app.openinference(QUERY, DOCS_083, ANSWER)
+            await app.flush()
+            await app.close()
+            evaluator = await capture.wait_for_span("openinference.span.kind", "EVALUATOR", timeout=20)
+            (log_record,) = await capture.wait_for_logs(1, timeout=20)
+            # Out of band: the application's own spans are not forwarded in this mode.
+            assert [s.span_id for s in capture.spans] == [evaluator.span_id]
+            assert evaluator.trace_id == emitted.trace_id
+            assert evaluator.span.parent_span_id.hex() == emitted.retriever_span_id
+            (link,) = evaluator.span.links
+            assert link.trace_id.hex() == emitted.trace_id and link.span_id.hex() == emitted.retriever_span_id
+            a = evaluator.attributes
+            assert all(key in a for key in EVAL_KEYS)
+            assert a["gen_ai.evaluation.score.value"] == 0.83 and a["gen_ai.evaluation.score.label"] == "high"
+            assert a["evaluations.0.evaluation.identifier"] == pipeline.engine.fingerprint
+            assert log_record.event_name == "gen_ai.evaluation.result"
+            assert log_record.record.trace_id.hex() == emitted.trace_id
+            assert log_record.record.span_id.hex() == emitted.retriever_span_id
+            assert log_record.attributes["gen_ai.evaluation.score.value"] == 0.83
+            assert log_record.attributes["gen_ai.evaluation.name"] == "context_precision"
+    finally:
+        await capture.stop()
+
+
+async def test_head_sampling_is_deterministic_and_every_retrieval_is_decided(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--sample-rate", "0.4")
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="http", port=pipeline.otlp_http_port)
+            emitted = [app.openinference(f"{QUERY} #{i}", DOCS_050, ANSWER) for i in range(30)]
+            await app.flush()
+            await app.close()
+            await wait_until(lambda: len(capture.spans) >= 90, what="all spans forwarded")
+            expected = {e.retriever_span_id for e in emitted
+                        if Sampler(0.4).keep_trace(bytes.fromhex(e.trace_id), "support-bot")}
+            scored = {s.span_id for s in capture.find_spans("gen_ai.evaluation.name", "context_precision")}
+            assert scored == expected and 0 < len(expected) < 30
+            assert all(capture.span(s).attributes["ctxprec.sample_rate"] == 0.4 for s in scored)  # type: ignore[union-attr]
+            _, text = await fetch(f"{pipeline.metrics_url}/metrics")
+            m = scrape(text)
+            evaluated = value(m, "ctxprec_samples_total", service="support-bot", decision="evaluated")
+            not_sampled = value(m, "ctxprec_samples_total", service="support-bot", decision="not_sampled")
+            assert evaluated == len(expected) and evaluated + not_sampled == 30
+    finally:
+        await capture.stop()

@@ -1,0 +1,151 @@
+"""deploy/kubernetes: both overlays render (kustomize subset, tests/deploy/kustomize.py), every
+core object passes kubernetes-validate (strict), the CRDs pass their vendored schemas, and the
+pieces fit together (selectors, ports, HPA target, ConfigMap keys are real `serve` flags)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.kustomize import KustomizeError, render, strategic_merge
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "kubernetes"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+OVERLAYS = ["sidecar", "kafka-consumer"]
+K8S_VERSION = "1.30.0"
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_v1_servicemonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
+}
+PROMTOOL = "/usr/bin/promtool"
+
+
+def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _validate(doc: dict[str, Any]) -> None:
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRD_SCHEMAS:
+        schema = json.loads((SCHEMAS / CRD_SCHEMAS[key]).read_text())
+        jsonschema.Draft7Validator(schema).validate(doc)
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_and_every_object_validates(overlay: str) -> None:
+    docs = render(K8S / "overlays" / overlay)
+    kinds = sorted(d["kind"] for d in docs)
+    assert {"ConfigMap", "Service", "ServiceMonitor", "PrometheusRule", "Deployment"} <= set(kinds)
+    for doc in docs:
+        _validate(doc)
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ctxprec"
+
+
+def test_validators_reject_broken_objects() -> None:
+    docs = render(K8S / "overlays" / "kafka-consumer")
+    deployment = _by_kind(docs, "Deployment")[0]
+    broken = strategic_merge(deployment, {"spec": {"template": {"spec": {"containers": [
+        {"name": "ctxprec", "imagePullPolicy": 3}]}}}})
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(broken)
+    rule = _by_kind(docs, "PrometheusRule")[0]
+    bad_rule = strategic_merge(rule, {"spec": {"groups": [{"name": "x", "rules": [{"alert": "A", "expr": "up", "for": "5 minutes"}]}]}})
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(bad_rule)
+    monitor = _by_kind(docs, "ServiceMonitor")[0]
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(strategic_merge(monitor, {"spec": {"endpoints": [{"port": "metrics", "intervall": "15s"}]}}))
+
+
+def test_renderer_refuses_unsupported_kustomize_fields(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text("resources: []\nimages:\n  - name: ctxprec\n    newTag: x\n")
+    with pytest.raises(KustomizeError, match="images"):
+        render(tmp_path)
+
+
+def _pod_spec(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    deployment = _by_kind(docs, "Deployment")[0]
+    return deployment, deployment["spec"]["template"]
+
+
+def test_sidecar_overlay_runs_ctxprec_beside_the_app_on_localhost() -> None:
+    docs = render(K8S / "overlays" / "sidecar")
+    deployment, template = _pod_spec(docs)
+    containers = {c["name"]: c for c in template["spec"]["containers"]}
+    assert set(containers) == {"app", "ctxprec"}
+    app_env = {e["name"]: e["value"] for e in containers["app"]["env"]}
+    assert app_env["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://127.0.0.1:4318")
+    config = _by_kind(docs, "ConfigMap")[0]["data"]
+    # The patch merged into the base ConfigMap: base keys kept, sidecar keys added.
+    assert config["CTXPREC_JUDGE_MODEL"] == "local"
+    assert config["CTXPREC_OTLP_HTTP"] == "127.0.0.1:4318"
+    assert config["CTXPREC_WRITE_BACK"] == "span"
+    assert containers["ctxprec"]["envFrom"][0]["configMapRef"]["name"] == _by_kind(docs, "ConfigMap")[0]["metadata"]["name"]
+    assert not _by_kind(docs, "HorizontalPodAutoscaler")
+
+
+def test_kafka_consumer_overlay_scales_a_consumer_group() -> None:
+    docs = render(K8S / "overlays" / "kafka-consumer")
+    deployment, template = _pod_spec(docs)
+    hpa = _by_kind(docs, "HorizontalPodAutoscaler")[0]
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    config = _by_kind(docs, "ConfigMap")[0]["data"]
+    assert config["CTXPREC_KAFKA_TOPIC"] == "otlp_spans"
+    assert config["CTXPREC_WRITE_BACK"] == "evaluator"
+    assert config["CTXPREC_KAFKA_FORMAT"] in ("otlp_proto", "otlp_json", "rag_event")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_service_and_monitor_select_the_ctxprec_pods(overlay: str) -> None:
+    docs = render(K8S / "overlays" / overlay)
+    _, template = _pod_spec(docs)
+    service = _by_kind(docs, "Service")[0]
+    pod_labels = template["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    ctxprec = next(c for c in template["spec"]["containers"] if c["name"] == "ctxprec")
+    port_names = {p["name"]: p["containerPort"] for p in ctxprec["ports"]}
+    assert port_names["metrics"] == 9464
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert ctxprec["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert ctxprec["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    monitor = _by_kind(docs, "ServiceMonitor")[0]
+    assert all(service["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_configmap_keys_are_serve_flags() -> None:
+    """Every CTXPREC_* key the manifests set is the variable of a real `ctxprec serve` flag."""
+    import argparse
+
+    from collector import serve
+    from collector.cli_env import env_name, long_option
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    known = {env_name(o) for a in parser._actions if (o := long_option(a))}
+    for overlay in OVERLAYS:
+        data = _by_kind(render(K8S / "overlays" / overlay), "ConfigMap")[0]["data"]
+        unknown = sorted(set(data) - known)
+        assert not unknown, f"{overlay}: ConfigMap keys with no serve flag: {unknown}"
+
+
+def test_prometheusrule_is_generated_from_the_rule_files(tmp_path: Path) -> None:
+    from deploy.kubernetes import prometheusrule
+
+    assert prometheusrule.main(["--check"]) == 0, "run python -m deploy.kubernetes.prometheusrule"
+    rule = yaml.safe_load((K8S / "base" / "prometheusrule.yaml").read_text())
+    rules_file = tmp_path / "rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    done = subprocess.run([PROMTOOL, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

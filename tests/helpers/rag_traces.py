@@ -1,0 +1,132 @@
+"""RAG traces for the collector tests: protobuf builders for hand-made (and hostile) input, SDK
+emitters for real OpenTelemetry traffic, and a collecting RetrievalSink (the downstream stage
+of `OtlpIngest`, not the thing under test)."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from collector.model import Decision, Retrieval
+
+QUERY = "How do I reset my password?"
+DOCUMENTS = [
+    "To reset your password, open Settings > Security and choose Reset password.",
+    "Our office is closed on public holidays.",
+    "A reset link is emailed to you and expires after 24 hours.",
+]
+ANSWER = "Open Settings > Security, choose Reset password and follow the emailed link."
+
+
+def any_value(value: Any) -> AnyValue:
+    out = AnyValue()
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, (list, tuple)):
+        out.array_value.values.extend(any_value(v) for v in value)
+    else:
+        out.string_value = str(value)
+    return out
+
+
+def kv(key: str, value: Any) -> KeyValue:
+    return KeyValue(key=key, value=any_value(value))
+
+
+def trace_id(sampled: bool) -> bytes:
+    """A trace id that the trace-id sampler keeps at rate 0.5 iff `sampled` (low 8 bytes below
+    or above half the hash space)."""
+    low = int.from_bytes(os.urandom(8), "big") >> 1
+    if not sampled:
+        low |= 1 << 63
+    return os.urandom(8) + low.to_bytes(8, "big")
+
+
+def span(trace: bytes, name: str, attributes: dict[str, Any], *, parent: bytes = b"", span_id: bytes | None = None,
+         start: int = 1_000, end: int = 2_000, events: Iterable[tuple[str, dict[str, Any]]] = ()) -> Span:
+    out = Span(trace_id=trace, span_id=span_id or os.urandom(8), parent_span_id=parent, name=name,
+               start_time_unix_nano=start, end_time_unix_nano=end, kind=Span.SPAN_KIND_INTERNAL)
+    out.attributes.extend(kv(k, v) for k, v in attributes.items())
+    for event_name, event_attrs in events:
+        event = out.events.add(name=event_name, time_unix_nano=start)
+        event.attributes.extend(kv(k, v) for k, v in event_attrs.items())
+    return out
+
+
+def openinference_retriever(trace: bytes, parent: bytes, documents: Sequence[str] = DOCUMENTS, *,
+                            query: str = QUERY, start: int = 1_100) -> Span:
+    attrs: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": query}
+    for i, text in enumerate(documents):
+        attrs[f"retrieval.documents.{i}.document.content"] = text
+        attrs[f"retrieval.documents.{i}.document.id"] = f"doc-{i}"
+        attrs[f"retrieval.documents.{i}.document.score"] = round(1.0 - i / 10, 2)
+    return span(trace, "retrieve", attrs, parent=parent, start=start, end=start + 100)
+
+
+def rag_trace(trace: bytes, *, documents: Sequence[str] = DOCUMENTS, answer: str = ANSWER,
+              extra_spans: int = 0) -> list[Span]:
+    """Root chain span, an OpenInference retriever, an LLM span after it under the same parent,
+    and `extra_spans` plain spans."""
+    root = span(trace, "rag.query", {"openinference.span.kind": "CHAIN", "input.value": QUERY,
+                                     "output.value": answer}, start=1_000, end=9_000)
+    spans = [root, openinference_retriever(trace, root.span_id, documents),
+             span(trace, "llm", {"openinference.span.kind": "LLM", "output.value": answer}, parent=root.span_id,
+                  start=1_300, end=1_900)]
+    spans += [span(trace, f"step-{i}", {"http.method": "GET"}, parent=root.span_id) for i in range(extra_spans)]
+    return spans
+
+
+def request_of(spans: Sequence[Span], *, service: str = "support-bot") -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    rs.resource.attributes.append(kv("service.name", service))
+    ss = rs.scope_spans.add()
+    ss.scope.name = "tests"
+    ss.spans.extend(spans)
+    return request
+
+
+def emit_sdk_rag_trace(tracer: Any, *, documents: Sequence[str] = DOCUMENTS, answer: str = ANSWER) -> tuple[str, str]:
+    """Emits a RAG trace through the real OpenTelemetry SDK. Returns (trace id, retriever span id) in hex."""
+    with tracer.start_as_current_span("rag.query", attributes={"openinference.span.kind": "CHAIN",
+                                                               "input.value": QUERY}) as root:
+        attrs: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": QUERY}
+        for i, text in enumerate(documents):
+            attrs[f"retrieval.documents.{i}.document.content"] = text
+            attrs[f"retrieval.documents.{i}.document.id"] = f"doc-{i}"
+            attrs[f"retrieval.documents.{i}.document.metadata"] = json.dumps({"source": f"kb/{i}.md"})
+        with tracer.start_as_current_span("retrieve", attributes=attrs) as retriever:
+            pass
+        with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM", "output.value": answer}):
+            pass
+        root.set_attribute("output.value", answer)
+    ctx = retriever.get_span_context()
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+class CollectingSink:
+    """A RetrievalSink that keeps what it gets; `decide_all` plays the decision stage."""
+
+    def __init__(self) -> None:
+        self.retrievals: list[Retrieval] = []
+        self.not_sampled_counts: Counter[str] = Counter()
+
+    def submit(self, retrieval: Retrieval) -> None:
+        self.retrievals.append(retrieval)
+
+    def not_sampled(self, service: str, count: int) -> None:
+        self.not_sampled_counts[service] += count
+
+    def decide_all(self, decision: Decision = Decision.EVALUATED, attributes: dict[str, Any] | None = None) -> None:
+        for retrieval in self.retrievals:
+            assert retrieval.on_decided is not None
+            retrieval.on_decided(decision, attributes)  # type: ignore[call-arg]

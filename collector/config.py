@@ -285,8 +285,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if option.flag is None:
             continue
         default = f" (default {option.default})" if option.default is not None else ""
-        parser.add_argument(option.flag, dest=_dest(option), default=None, type=str, metavar="VALUE",
+        parser.add_argument(option.flag, dest=_dest(option), default=None, type=str, metavar=_metavar(option),
                             help=f"{option.help}{default}; env {option.env}")
+
+
+def _metavar(option: Option) -> str:
+    named = {listen: "HOST:PORT", rate: "R", forward_url: "URL", readable_file: "FILE", count: "N", count0: "N"}
+    return named.get(option.convert, option.flag.lstrip("-").split("-")[-1].upper() if option.flag else "VALUE")
 
 
 def _dest(option: Option) -> str:
@@ -350,7 +355,9 @@ def load(args: argparse.Namespace | None = None, *, environ: Mapping[str, str] |
             value, source = env[option.env], f"env {option.env}"
         given = getattr(args, _dest(option), None) if (args is not None and option.flag) else None
         if given is not None:
-            value, source = given, f"{option.flag}"
+            # The CLI may have turned CTXPREC_* into flag defaults: name the variable then.
+            from_env = option.env is not None and env.get(option.env) == given
+            value, source = given, (f"env {option.env}" if from_env else f"{option.flag}")
         raw[option.key] = (value, source)
     return _build(raw, flat)
 

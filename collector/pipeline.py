@@ -203,9 +203,15 @@ class Pipeline:
             await _quietly(receiver.stop(), f"stopping {type(receiver).__name__}")
         if self.kafka_receiver is not None:
             await _quietly(self.kafka_receiver.stop(), "stopping the Kafka receiver")
-        # Buffered traces go to scoring now; held spans wait for their scores until the deadline.
-        await _quietly(self.ingest.stop(max(0.0, deadline - time.monotonic())), "stopping trace assembly")
+        # Buffered traces go to scoring now. The workers get the deadline: what they cannot finish
+        # is decided failed/shutdown, which releases its held span with `error.type` attached.
+        # Assembly waits a little longer for those releases, then sends whatever is left unscored.
+        ingest_stop = asyncio.create_task(
+            _quietly(self.ingest.stop(max(0.0, deadline - time.monotonic()) + 1.0), "stopping trace assembly"))
+        while len(self.ingest.buffer) and not ingest_stop.done():
+            await asyncio.sleep(0.005)
         await _quietly(self.workers.aclose(max(0.0, deadline - time.monotonic())), "stopping the scoring workers")
+        await ingest_stop
         self.gate.closed = True
         if self.kafka_results is not None:
             await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")

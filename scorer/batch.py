@@ -22,6 +22,7 @@ from scorer.records import failure_record, record_id, score_record
 
 if TYPE_CHECKING:  # the engine pulls in the judge stack; import it only when scoring
     from scorer.engine import ContextPrecisionEngine
+    from scorer.judge.chat import RequestEvent, RequestObserver
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16
@@ -70,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.judge_api_base and not args.judge_model:
+        sys.stderr.write(
+            "ctxprec score: error: --judge-api-base needs --judge-model "
+            "(e.g. --judge-model openai/NAME for an OpenAI-compatible server)\n"
+        )
+        return 2
     options = BatchOptions(
         events_path=args.events,
         output_path=args.output,
@@ -103,15 +110,31 @@ class BatchOptions:
 
 
 @dataclass
+class JudgeTally:
+    """What the judge was asked, counted per HTTP attempt through the engine's request observer,
+    so that retries and the calls of samples that failed in the end are paid for in the summary."""
+
+    requests: int = 0
+    failed_requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __call__(self, event: "RequestEvent") -> None:
+        self.requests += 1
+        if event.outcome != "ok":
+            self.failed_requests += 1
+        self.prompt_tokens += event.prompt_tokens
+        self.completion_tokens += event.completion_tokens
+        self.cost_usd += event.cost_usd
+
+
+@dataclass
 class BatchSummary:
     events: int = 0
     scored: int = 0
     score_sum: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
     elapsed_s: float = 0.0
 
     @property
@@ -120,29 +143,29 @@ class BatchSummary:
 
     def add(self, record: dict[str, Any]) -> None:
         self.events += 1
-        judge = record.get("judge") or {}
-        self.calls += judge.get("calls", 0)
-        self.prompt_tokens += judge.get("prompt_tokens", 0)
-        self.completion_tokens += judge.get("completion_tokens", 0)
-        self.cost_usd += judge.get("cost_usd", 0.0)
         if record.get("error"):
             self.failures[record["error"]["type"]] += 1
         else:
             self.scored += 1
             self.score_sum += record["score"]
 
-    def text(self, source: str, model: str) -> str:
+    def text(self, source: str, model: str, judge: JudgeTally) -> str:
         mean = f"{self.score_sum / self.scored:.3f}" if self.scored else "n/a"
         failed = f"{self.failed} failed"
         if self.failures:
             failed += " (" + ", ".join(f"{kind}: {n}" for kind, n in sorted(self.failures.items())) + ")"
         rate = self.events / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        if model.strip().lower() == DEFAULT_MODEL:  # the local judge makes no requests to count
+            traffic = "offline, no requests"
+        else:
+            traffic = (
+                f"{judge.requests} requests ({judge.failed_requests} failed), {judge.prompt_tokens} prompt tokens, "
+                f"{judge.completion_tokens} completion tokens, cost ${judge.cost_usd:.4f}"
+            )
         return (
             f"ctxprec score: {source}: {self.events} events, {self.scored} scored, {failed}; "
             f"mean score {mean}\n"
-            f"ctxprec score: judge {model}: {self.calls} calls, {self.prompt_tokens} prompt tokens, "
-            f"{self.completion_tokens} completion tokens, cost ${self.cost_usd:.4f}; "
-            f"{self.elapsed_s:.1f}s ({rate:.1f} events/s)\n"
+            f"ctxprec score: judge {model}: {traffic}; {self.elapsed_s:.1f}s ({rate:.1f} events/s)\n"
         )
 
 
@@ -150,12 +173,13 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     """Score `options.events_path`; returns the exit status. Raises UsageError before any work."""
     source = _open_input(options.events_path)
     try:
-        sink = _open_output(options.output_path)
+        sink = _open_output(options.output_path, options.events_path)
     except UsageError:
         source.close()
         raise
     try:
-        engine = _build_engine(options)
+        tally = JudgeTally()
+        engine = _build_engine(options, tally)
         if not options.model_given:
             stderr.write(LOCAL_JUDGE_NOTE)
         show_progress = options.progress if options.progress is not None else _is_tty(stderr)
@@ -182,7 +206,7 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     if sink.broken:
         stderr.write("ctxprec score: output closed early; stopped\n")
         return 1
-    stderr.write(summary.text(options.events_path, options.model))
+    stderr.write(summary.text(options.events_path, options.model, tally))
     return 0 if summary.failed == 0 else 1
 
 
@@ -421,7 +445,7 @@ class RecordSink:
             os.close(devnull)
 
 
-def _open_output(path: str | None) -> RecordSink:
+def _open_output(path: str | None, input_path: str | None = None) -> RecordSink:
     if path is None or path == "-":
         return RecordSink(sys.stdout, owned=False)
     directory = os.path.dirname(os.path.abspath(path))
@@ -429,19 +453,21 @@ def _open_output(path: str | None) -> RecordSink:
         raise UsageError(f"-o {path}: the directory {directory} does not exist")
     if os.path.isdir(path):
         raise UsageError(f"-o {path}: is a directory")
+    if os.path.exists(path) and input_path and os.path.samefile(path, input_path):
+        raise UsageError(f"-o {path}: is the input file; writing would erase it")
     try:
         return RecordSink(open(path, "w", encoding="utf-8", buffering=1 << 16), owned=True)
     except OSError as exc:
         raise UsageError(f"-o {path}: cannot write ({exc.strerror or exc})") from None
 
 
-def _build_engine(options: BatchOptions) -> "ContextPrecisionEngine":
+def _build_engine(options: BatchOptions, observer: "RequestObserver") -> "ContextPrecisionEngine":
     from scorer.config import JudgeConfig
     from scorer.engine import build_engine
 
     try:
         config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency)
-        return build_engine(config, scale=options.scale)
+        return build_engine(config, scale=options.scale, observer=observer)
     except ValueError as exc:
         raise UsageError(f"judge configuration: {exc}") from None
 

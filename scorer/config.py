@@ -27,6 +27,7 @@ class JudgeConfig:
     breaker_cooldown_s: float = 30.0
     temperature: float = 0.0
     transport: str = "auto"  # "auto" | "direct" (pooled aiohttp, OpenAI-compatible) | "litellm"
+    redact_pii: bool = False  # replace e-mails, phones, card numbers before judging (scorer/redact.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -40,6 +41,8 @@ class JudgeConfig:
             raise ValueError(f"reason_mode: must be one of {', '.join(REASON_MODES)}, got {self.reason_mode!r}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if not isinstance(self.redact_pii, bool):
+            raise ValueError(f"redact_pii: must be true or false, got {self.redact_pii!r}")
         _int_at_least("max_contexts_per_call", self.max_contexts_per_call, 1)
         _int_at_least("max_context_chars", self.max_context_chars, 1)
         _int_at_least("cache_size", self.cache_size, 0)

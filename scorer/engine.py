@@ -15,6 +15,7 @@ from scorer.judge.base import Judge
 from scorer.judge.chat import RequestObserver
 from scorer.precision import summarize, validate_scale
 from scorer.reason import build_reason
+from scorer.redact import Redactor
 from scorer.result import ReferenceKind, ScoreResult
 
 NO_CONTEXT_MESSAGE = "No context available for evaluation"
@@ -28,16 +29,29 @@ def pick_reference(query: str, output: str | None, expected_output: str | None) 
     return "query", ""
 
 
-def fingerprint(model: str, prompt_version: str, scale: float, reason_mode: str, max_context_chars: int) -> str:
-    blob = json.dumps(
-        {"model": model, "prompt": prompt_version, "scale": float(scale), "reason": reason_mode, "chars": max_context_chars},
-        sort_keys=True,
-    )
+def fingerprint(
+    model: str, prompt_version: str, scale: float, reason_mode: str, max_context_chars: int, redact_pii: bool = False
+) -> str:
+    fields: dict[str, object] = {
+        "model": model, "prompt": prompt_version, "scale": float(scale), "reason": reason_mode, "chars": max_context_chars
+    }
+    if redact_pii:
+        # Only when on, so that the fingerprints of existing configurations do not move.
+        fields["redact"] = True
+    blob = json.dumps(fields, sort_keys=True)
     return "cp-" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 class ContextPrecisionEngine:
-    def __init__(self, judge: Judge, *, scale: float = 1, reason_mode: str = "template", max_context_chars: int = 4000) -> None:
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        scale: float = 1,
+        reason_mode: str = "template",
+        max_context_chars: int = 4000,
+        redactor: Redactor | None = None,
+    ) -> None:
         self.judge = judge
         self.scale = validate_scale(scale)
         self.model = judge.model
@@ -45,7 +59,11 @@ class ContextPrecisionEngine:
         self.annotator_kind = judge.annotator_kind
         self.reason_mode = reason_mode
         self.max_context_chars = max_context_chars
-        self.fingerprint = fingerprint(self.model, self.prompt_version, self.scale, reason_mode, max_context_chars)
+        # Set when JudgeConfig.redact_pii is on; `redactor.counts` totals what was replaced.
+        self.redactor = redactor
+        self.fingerprint = fingerprint(
+            self.model, self.prompt_version, self.scale, reason_mode, max_context_chars, redactor is not None
+        )
 
     async def score(
         self,
@@ -65,6 +83,11 @@ class ContextPrecisionEngine:
         bad = [i for i, c in enumerate(contexts) if not isinstance(c, str)]
         if bad:
             raise ValueError(f"contexts: every context must be a string; not at index {bad[:5]}")
+        if self.redactor is not None:
+            # Before the judge sees anything: the prompt, the verdict cache keys and the
+            # llm-mode reason request are all built from the redacted text.
+            sample = self.redactor.redact_sample(query, contexts, output, expected_output)
+            query, contexts, output, expected_output = sample.query, sample.contexts, sample.output, sample.expected_output
         reference_kind, reference = pick_reference(query, output, expected_output)
         outcome = await self.judge.judge(query, contexts, reference_kind=reference_kind, reference=reference)
         summary = summarize([v.relevant for v in outcome.verdicts], self.scale)
@@ -124,5 +147,9 @@ def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObse
 
         judge = LLMJudge(make_chat_client(config, observer), config)
     return ContextPrecisionEngine(
-        judge, scale=scale, reason_mode=config.reason_mode, max_context_chars=config.max_context_chars
+        judge,
+        scale=scale,
+        reason_mode=config.reason_mode,
+        max_context_chars=config.max_context_chars,
+        redactor=Redactor() if config.redact_pii else None,
     )

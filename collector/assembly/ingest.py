@@ -44,6 +44,7 @@ from collector.assembly.conventions import (
 )
 from collector.assembly.spans import service_name, set_attributes, span_record
 from collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
+from collector.assembly.wire import encode_varint, remove_spans
 from collector.metrics.registry import Metrics
 from collector.model import Decision, Retrieval
 
@@ -134,11 +135,12 @@ class OtlpIngest:
         order = self.conventions.order
         self._count_oi = OPENINFERENCE in order
         self._count_genai = GENAI in order
+        # Length-prefixed keys (as encoded on the wire): fewer false hits than the bare text.
         slow: list[bytes] = []
         if OPENLLMETRY in order:
-            slow += [OLLM_EVENT.encode(), TRACELOOP_OUTPUT.encode()]
+            slow += [_framed(OLLM_EVENT), _framed(TRACELOOP_OUTPUT)]
         if MAPPING in order and self.settings.conventions.mapping is not None:
-            slow.append(self.settings.conventions.mapping.query_key().encode())
+            slow.append(_framed(self.settings.conventions.mapping.query_key()))
         self._slow_markers = tuple(slow)
 
     @property
@@ -156,7 +158,6 @@ class OtlpIngest:
         """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
         has it (forwarded as is when nothing in it is held). In span mode the held retrieval
         spans are removed from `request`."""
-        buffer = self.buffer
         routes: dict[bytes, int] = {}
         routed: list[tuple[int, Any, Any, str, int]] = []
         total = 0
@@ -165,21 +166,17 @@ class OtlpIngest:
             for ss in rs.scope_spans:
                 spans = ss.spans
                 total += len(spans)
-                for span in spans:
-                    trace_id = span.trace_id
+                # One pass in C-ish speed for the ids; Python work per trace, not per span.
+                hit = False
+                for trace_id in {span.trace_id for span in spans}:
                     route = routes.get(trace_id)
                     if route is None:
-                        if trace_id in buffer:
-                            route = _BUFFER
-                        elif buffer.is_decided(trace_id):
-                            route = _LATE
-                        elif self._keep(trace_id, service):
-                            route = self._check_trace_id(trace_id, receiver)
-                        else:
-                            route = _UNSAMPLED
-                        routes[trace_id] = route
+                        route = routes[trace_id] = self._route(trace_id, service, receiver)
                     if route:
-                        routed.append((ri, ss, span, service, route))
+                        hit = True
+                if hit:
+                    routed.extend((ri, ss, span, service, routes[span.trace_id]) for span in spans
+                                  if routes[span.trace_id])
         counter = self._received.get(receiver)
         if counter is None:
             counter = self._received[receiver] = self._metrics.spans_received.labels(receiver=receiver)
@@ -190,31 +187,54 @@ class OtlpIngest:
         data = raw
         if data is None and (self._forwarder is not None or self._sink is not None):
             data = request.SerializeToString()
-        held_spans = self._take_routed(request, routed, data, ack) if routed else 0
+        held = self._take_routed(request, routed, data, ack) if routed else []
         if not routed and self._sink is not None and data is not None:
             self._count_not_sampled(request, data, {}, set())
-        if self._forwarder is not None and total > held_spans:
-            if held_spans:
-                data = request.SerializeToString()
+        if self._forwarder is None or total == len(held):
+            return
+        if held:
             assert data is not None
-            self._forwarder.forward_raw(data, total - held_spans)
+            cut = remove_spans(data, [span_bytes for _, _, span_bytes in held])
+            if cut is None:  # not found verbatim (non-canonical encoder): re-encode without them
+                self._delete_from_request(held)
+                cut = request.SerializeToString()
+            data = cut
+        assert data is not None
+        self._forwarder.forward_raw(data, total - len(held))
 
-    def _check_trace_id(self, trace_id: bytes, receiver: str) -> int:
+    def _route(self, trace_id: bytes, service: str, receiver: str) -> int:
+        buffer = self.buffer
+        if trace_id in buffer:
+            return _BUFFER
+        if buffer.is_decided(trace_id):
+            return _LATE
+        if not self._keep(trace_id, service):
+            return _UNSAMPLED
         if len(trace_id) == 16 and any(trace_id):
             return _BUFFER
         # An empty or malformed id would merge unrelated spans into one "trace".
         self._metrics.receiver_errors.labels(receiver=receiver, reason="invalid_trace_id").inc()
         return _UNSAMPLED
 
+    @staticmethod
+    def _delete_from_request(held: list[tuple[Any, bytes, bytes]]) -> None:
+        by_scope: dict[int, tuple[Any, set[bytes]]] = {}
+        for ss, span_id, _ in held:
+            by_scope.setdefault(id(ss), (ss, set()))[1].add(span_id)
+        for ss, span_ids in by_scope.values():
+            spans = ss.spans
+            for index in range(len(spans) - 1, -1, -1):
+                if spans[index].span_id in span_ids:
+                    del spans[index]
+
     def _take_routed(self, request: ExportTraceServiceRequest, routed: list[tuple[int, Any, Any, str, int]],
-                     data: bytes | None, ack: Any) -> int:
+                     data: bytes | None, ack: Any) -> list[tuple[Any, bytes, bytes]]:
         """Copies the spans of sampled traces into the buffer and holds their retrieval spans
-        (span mode). Returns the number of spans held (removed from `request`)."""
+        (span mode). Returns (scope spans, span id, span bytes) of each held span."""
         span_mode = self._forwarder is not None
         fast_routed: dict[int, int] = {}
         routed_ids: set[tuple[bytes, bytes]] = set()
-        to_remove: dict[int, tuple[Any, set[bytes]]] = {}
-        held = 0
+        held: list[tuple[Any, bytes, bytes]] = []
         now = self._clock()
         for ri, ss, span, service, route in routed:
             record = span_record(span, service, self._max_chars)
@@ -229,23 +249,16 @@ class OtlpIngest:
                 rs = request.resource_spans[ri]
                 copy = Span()
                 copy.CopyFrom(span)
-                key = (record.trace_id, record.span_id)
                 resource = Resource()
                 resource.CopyFrom(rs.resource)
                 scope = InstrumentationScope()
                 scope.CopyFrom(ss.scope)
-                self._held[key] = _Held(resource, scope, rs.schema_url, copy,
-                                        now + self.settings.hold_deadline_s)
+                self._held[(record.trace_id, record.span_id)] = _Held(
+                    resource, scope, rs.schema_url, copy, now + self.settings.hold_deadline_s)
                 self._held_by_trace.setdefault(record.trace_id, []).append(record.span_id)
-                to_remove.setdefault(id(ss), (ss, set()))[1].add(record.span_id)
-                held += 1
+                held.append((ss, record.span_id, copy.SerializeToString()))
         if self._sink is not None and data is not None:
             self._count_not_sampled(request, data, fast_routed, routed_ids)
-        for ss, span_ids in to_remove.values():
-            spans = ss.spans
-            for index in range(len(spans) - 1, -1, -1):
-                if spans[index].span_id in span_ids:
-                    del spans[index]
         return held
 
     def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes, fast_routed: dict[int, int],
@@ -406,6 +419,11 @@ class OtlpIngest:
         ss.scope.CopyFrom(held.scope)
         ss.spans.append(held.span)
         self._forwarder.forward_raw(request.SerializeToString(), 1)
+
+
+def _framed(key: str) -> bytes:
+    raw = key.encode()
+    return encode_varint(len(raw)) + raw
 
 
 def _id_bytes(value: bytes | str) -> bytes:

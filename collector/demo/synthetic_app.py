@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from opentelemetry import trace as trace_api
@@ -151,10 +151,13 @@ def _make_exporter(endpoint: str, protocol: str) -> SpanExporter:
 
 
 class SyntheticRagApp:
-    def __init__(self, config: AppConfig, *, exporters: dict[str, SpanExporter] | None = None) -> None:
-        """`exporters` (service -> exporter) replaces the OTLP exporters, e.g. to write elsewhere."""
+    def __init__(self, config: AppConfig, *, exporters: dict[str, SpanExporter] | None = None,
+                 on_emit: Callable[[EmittedTrace], None] | None = None) -> None:
+        """`exporters` (service -> exporter) replaces the OTLP exporters, e.g. to write elsewhere;
+        `on_emit` is called with every trace sent (ground truth for callers that compare)."""
         config.validate()
         self.config = config
+        self._on_emit = on_emit
         self.stats = AppStats()
         self._rng = random.Random(config.seed)
         self._started = time.monotonic()
@@ -213,6 +216,8 @@ class SyntheticRagApp:
         self.stats.sent[service] = self.stats.sent.get(service, 0) + 1
         self.stats.degraded_sent += degraded
         self.stats.expected.setdefault((service, degraded), []).append(sent.expected_precision)
+        if self._on_emit is not None:
+            self._on_emit(sent)
         return sent
 
     def _retrieve(self, question: Question, degraded: bool) -> tuple[list[Document], tuple[bool, ...]]:

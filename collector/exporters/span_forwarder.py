@@ -16,10 +16,12 @@ import ssl
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.abc
+import aiohttp.payload
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -73,8 +75,26 @@ class _Rejected(Exception):
 
 
 class _Transport(Protocol):
-    async def send(self, body: bytes) -> None: ...
+    async def send(self, parts: list[bytes]) -> None: ...
     async def close(self) -> None: ...
+
+
+class _PartsPayload(aiohttp.payload.Payload):
+    """A request body written part by part with one Content-Length: batching without a copy."""
+
+    _autoclose = True
+
+    def __init__(self, parts: list[bytes]) -> None:
+        super().__init__(parts, content_type="application/x-protobuf")
+        self._parts = parts
+        self._size = sum(len(part) for part in parts)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        raise TypeError("protobuf payload is binary")
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        for part in self._parts:
+            await writer.write(part)
 
 
 class _HttpTransport:
@@ -93,7 +113,8 @@ class _HttpTransport:
             connector=aiohttp.TCPConnector(ssl=context if context is not None else False, limit=settings.senders * 2),
         )
 
-    async def send(self, body: bytes) -> None:
+    async def send(self, parts: list[bytes]) -> None:
+        body: Any = parts[0] if len(parts) == 1 else _PartsPayload(parts)
         try:
             async with self._session.post(self.url, data=body, headers=self.headers) as response:
                 await response.read()
@@ -129,7 +150,8 @@ class _GrpcTransport:
         self._metadata = tuple((k.lower(), v) for k, v in settings.headers.items())
         self._timeout = settings.timeout_s
 
-    async def send(self, body: bytes) -> None:
+    async def send(self, parts: list[bytes]) -> None:
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
             await self._export(body, timeout=self._timeout, metadata=self._metadata or None)
         except grpc.aio.AioRpcError as exc:
@@ -222,7 +244,7 @@ class SpanForwarder:
 
     # -- sending --
 
-    def _take_batch(self) -> tuple[bytes, int]:
+    def _take_batch(self) -> tuple[list[bytes], int]:
         parts: list[bytes] = []
         size = spans = 0
         limit = self.settings.max_batch_bytes
@@ -232,7 +254,7 @@ class SpanForwarder:
             size += len(item.body)
             spans += item.spans
         self._queued_bytes -= size
-        return (parts[0] if len(parts) == 1 else b"".join(parts)), spans
+        return parts, spans
 
     async def _sender(self) -> None:
         while True:
@@ -249,7 +271,7 @@ class SpanForwarder:
             finally:
                 self._in_flight -= 1
 
-    async def _send_with_retries(self, body: bytes, spans: int) -> None:
+    async def _send_with_retries(self, body: list[bytes], spans: int) -> None:
         assert self._transport is not None
         s = self.settings
         for attempt in range(s.max_retries + 1):

@@ -20,7 +20,6 @@ floored at `min_sigma`: k and h scale with it and the false-alarm rate stays low
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -133,13 +132,13 @@ class MetricsSink:
     def emit(self, outcome: "ScoreOutcome") -> None:
         m = self.metrics
         r = outcome.retrieval
-        if r.end_time_unix_nano:
-            delay = outcome.scored_at - r.end_time_unix_nano / 1e9
-            if delay >= 0:
-                m.score_delay.observe(delay)
         result = outcome.result
         if outcome.decision is not Decision.EVALUATED or result is None:
             return
+        if r.end_time_unix_nano:
+            delay = outcome.scored_at - r.end_time_unix_nano / 1e9
+            if delay >= 0:  # clocks of the app and the sidecar can disagree
+                m.score_delay.observe(delay)
         service = m.service(r.service)
         retriever = m.retriever(r.retriever)
         score = result.normalized_score

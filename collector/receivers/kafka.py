@@ -165,7 +165,7 @@ class KafkaReceiver:
             try:
                 batch = await consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_RECORDS_PER_FETCH)
                 for tp, records in batch.items():
-                    self._hand_over_batch(tp, records)
+                    await self._hand_over_batch(tp, records)
                 self._flow_control()
                 if time.monotonic() - self._last_lag >= LAG_INTERVAL_S:
                     self._last_lag = time.monotonic()
@@ -185,7 +185,7 @@ class KafkaReceiver:
                 await asyncio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
 
-    def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+    async def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         high = self.settings.max_undone_per_partition
         messages = self.metrics.kafka_messages.labels(format=self.settings.format)
         for i, record in enumerate(records):
@@ -202,7 +202,7 @@ class KafkaReceiver:
                     return
                 self._pause(part)
                 return
-            self._hand_over(part, record)
+            await self._hand_over(part, record)
             messages.inc()
 
     def _pause(self, part: _Partition) -> None:
@@ -214,7 +214,7 @@ class KafkaReceiver:
             except IllegalStateError:
                 pass
 
-    def _hand_over(self, part: _Partition, record: ConsumerRecord) -> None:
+    async def _hand_over(self, part: _Partition, record: ConsumerRecord) -> None:
         offsets = part.offsets
         offset = record.offset
         offsets.track(offset)
@@ -227,29 +227,27 @@ class KafkaReceiver:
                 retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
                 ack.hold()
                 retrieval.on_decided = lambda decision, attributes=None: ack.release()
-                self.sink.submit(retrieval)
+                try:
+                    self.sink.submit(retrieval)
+                except BaseException:
+                    if retrieval.on_decided is not None:  # never decided: do not hold the offset
+                        retrieval.on_decided = None
+                        ack.release()
+                    raise
             else:
                 request = decode_otlp(value, self.settings.format, self.settings.max_message_bytes)
                 assert self.ingest is not None
-                result = self.ingest.ingest(request, receiver=RECEIVER, raw=None, ack=ack)
+                # A TracesData message is also a valid ExportTraceServiceRequest encoding, so the
+                # protobuf bytes can be forwarded untouched when nothing in them is held.
+                raw = value if self.settings.format == "otlp_proto" else None
+                result = self.ingest.ingest(request, receiver=RECEIVER, raw=raw, ack=ack)
                 if inspect.isawaitable(result):
-                    # An async ingest finishes in its own task; the ack is sealed when it has.
-                    task = asyncio.ensure_future(result)
-                    task.add_done_callback(lambda t: self._after_async_ingest(t, part, record, ack))
-                    return
+                    await result
         except MessageError as exc:
             self._dead_letter(part, record, ack, exc.reason, exc.message)
             return
         except Exception as exc:  # the pipeline refused it: dead-letter rather than stall
             log.exception("kafka message %s[%d]@%d could not be handed over", record.topic, record.partition, offset)
-            self._dead_letter(part, record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
-            return
-        ack.seal()
-
-    def _after_async_ingest(self, task: "asyncio.Future[Any]", part: _Partition, record: ConsumerRecord,
-                            ack: PendingAck) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
             self._dead_letter(part, record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
             return
         ack.seal()

@@ -244,3 +244,7 @@ class RetrievalGate:
                 self.budget.cancel()
             return Decision.OVERLOADED
         return None
+
+
+# docs/INTERNALS.md calls the pipeline's entry for retrievals the `RetrievalSink`.
+RetrievalSink = RetrievalGate

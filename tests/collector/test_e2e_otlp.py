@@ -6,6 +6,7 @@ import json
 from typing import Any, Awaitable, Callable
 
 import aiohttp
+import pytest
 
 from collector.stub_judge import StubJudge
 from collector.sampling.sampler import Sampler
@@ -136,10 +137,12 @@ class _Empty:
     attributes: dict[str, Any] = {}
 
 
-async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judge: MakeStub) -> None:
+@pytest.mark.parametrize("downstream", ["http", "grpc"])
+async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judge: MakeStub, downstream: str) -> None:
     stub = await make_stub_judge()
     capture = await OtlpCapture().start()
-    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--write-back", "evaluator")
+    url = capture.http_url if downstream == "http" else capture.grpc_url
+    config = serve_config(*judge_flags(stub), "--forward-to", url, "--write-back", "evaluator")
     try:
         async with running(config) as pipeline:
             app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
@@ -163,6 +166,7 @@ async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judg
             assert log_record.record.span_id.hex() == emitted.retriever_span_id
             assert log_record.attributes["gen_ai.evaluation.score.value"] == 0.83
             assert log_record.attributes["gen_ai.evaluation.name"] == "context_precision"
+            assert evaluator.via == downstream and log_record.via == downstream
     finally:
         await capture.stop()
 
@@ -188,5 +192,41 @@ async def test_head_sampling_is_deterministic_and_every_retrieval_is_decided(mak
             evaluated = value(m, "ctxprec_samples_total", service="support-bot", decision="evaluated")
             not_sampled = value(m, "ctxprec_samples_total", service="support-bot", decision="not_sampled")
             assert evaluated == len(expected) and evaluated + not_sampled == 30
+    finally:
+        await capture.stop()
+
+
+async def test_readyz_fails_while_the_judge_is_unreachable() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port that nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    config = serve_config("--judge-model", "openai/stub", "--judge-api-base", f"http://127.0.0.1:{dead_port}/v1",
+                          "--judge-api-key", "k")
+    async with running(config) as pipeline:
+        status, body = await fetch(f"{pipeline.metrics_url}/readyz")
+        assert status == 503 and "judge" in body and "Otlp" not in body
+        status, _ = await fetch(f"{pipeline.metrics_url}/healthz")
+        assert status == 200
+
+
+async def test_shutdown_decides_in_flight_work_failed_and_still_forwards_it(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge(latency_ms=5000)
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--shutdown-timeout", "0.5")
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
+            emitted = app.openinference(QUERY, DOCS_083, ANSWER)
+            await app.flush()
+            await app.close()
+            await wait_until(lambda: pipeline.workers.in_flight == 1, what="the retrieval with the judge")
+            await wait_until(lambda: len(capture.spans) >= 2, what="the unheld spans forwarded")
+        # Stopped: the slow judge never answered, so the retrieval was decided failed/shutdown.
+        assert pipeline.recorder.counts == {"failed": 1}
+        span = await capture.wait_for_span("error.type", "shutdown", timeout=5)
+        assert span.span_id == emitted.retriever_span_id
+        assert "gen_ai.evaluation.score.value" not in span.attributes
     finally:
         await capture.stop()

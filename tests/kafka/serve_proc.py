@@ -84,6 +84,7 @@ class ServeProcess:
         return total
 
     def kill(self) -> None:
+        """SIGKILL (no cleanup); a no-op when it is not running."""
         if self.alive():
             assert self.proc is not None
             self.proc.send_signal(signal.SIGKILL)

@@ -54,7 +54,7 @@ async def test_kill_9_three_times_loses_nothing(broker: Broker, unique_topic: st
             assert time.monotonic() < deadline, serve.log_tail()
             assert serve.alive(), serve.log_tail()
             await asyncio.sleep(0.5)
-        assert serve.terminate() == 0, serve.log_tail()
+        assert await asyncio.to_thread(serve.terminate) == 0, serve.log_tail()
     finally:
         serve.kill()
 

@@ -40,8 +40,8 @@ async def test_two_replicas_share_the_work_and_one_takes_over(broker: Broker, un
     topic, results = unique_topic, unique_topic + ".scores"
     await create_topic(broker.bootstrap, topic, PARTITIONS)
     await create_topic(broker.bootstrap, results, 1)
-    a = ServeProcess(broker.bootstrap, topic, results, stub.url, tmp_path / "a.log", extra=["--workers", "4"])
-    b = ServeProcess(broker.bootstrap, topic, results, stub.url, tmp_path / "b.log", extra=["--workers", "4"])
+    a = ServeProcess(broker.bootstrap, topic, results, stub.url, tmp_path / "a.log", extra=["--workers", "4", "--kafka-max-undone-per-partition", "20"])
+    b = ServeProcess(broker.bootstrap, topic, results, stub.url, tmp_path / "b.log", extra=["--workers", "4", "--kafka-max-undone-per-partition", "20"])
     try:
         a.start()
         b.start()
@@ -58,13 +58,13 @@ async def test_two_replicas_share_the_work_and_one_takes_over(broker: Broker, un
                     and b.metric("ctxprec_samples_total", decision="evaluated") >= 60, 40, "both replicas to score", a, b)
         scored_by_a = a.metric("ctxprec_samples_total", decision="evaluated")
         assert scored_by_a < EVENTS / 2, "A finished its share before it was stopped; nothing to take over"
-        assert a.terminate() == 0, a.log_tail()
+        assert await asyncio.to_thread(a.terminate) == 0, a.log_tail()
         await _wait(lambda: _partitions_owned(b) == PARTITIONS, 40, "B to own every partition", b)
         deadline = time.monotonic() + 60
         while await committed_total(broker.bootstrap, topic, b.group, PARTITIONS) < EVENTS:
             assert b.alive() and time.monotonic() < deadline, b.log_tail()
             await asyncio.sleep(0.5)
-        assert b.terminate() == 0, b.log_tail()
+        assert await asyncio.to_thread(b.terminate) == 0, b.log_tail()
     finally:
         a.kill()
         b.kill()

@@ -128,6 +128,7 @@ async def test_good_lines_are_scored_in_input_order(stub_judge: StubJudge, tmp_p
     mean = sum(r["score"] for r in records) / 40
     assert "40 events, 40 scored, 0 failed" in done.stderr
     assert f"mean score {mean:.3f}" in done.stderr
+    assert "40 requests (0 failed)" in done.stderr
     assert f"{stub_judge.stats.prompt_tokens} prompt tokens" in done.stderr
     assert f"{stub_judge.stats.completion_tokens} completion tokens" in done.stderr
     assert "\r" not in done.stderr
@@ -189,6 +190,10 @@ async def test_judge_failures_become_error_records(make_stub_judge: Any, tmp_pat
         assert record["error"]["type"] not in ("bad_input", "internal_error")
         assert record["error"]["message"].startswith(f"line {line_no}: ")
     assert "2 failed" in done.stderr and "Traceback" not in done.stderr
+    # The judge was asked (and re-asked); the summary pays for those requests although no sample scored.
+    assert stub.stats.requests >= 2
+    assert f"{stub.stats.requests} requests" in done.stderr
+    assert f"{stub.stats.prompt_tokens} prompt tokens" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -200,6 +205,8 @@ async def test_judge_failures_become_error_records(make_stub_judge: Any, tmp_pat
         (["score", "{events}", "-o", "{tmp}/no/such/dir/out.jsonl"], {}, "does not exist"),
         (["score", "{events}"], {"CTXPREC_SCALE": "big"}, "CTXPREC_SCALE='big': invalid value for --scale"),
         (["score", "{events}", "--judge-model", "openai/gpt-4o-mini"], {"OPENAI_API_KEY": ""}, "api_key"),
+        (["score", "{events}", "-o", "{events}"], {}, "is the input file"),
+        (["score", "{events}", "--judge-api-base", "http://127.0.0.1:9/v1"], {}, "--judge-api-base needs --judge-model"),
         (["score"], {}, "the following arguments are required: EVENTS.jsonl"),
         (["frobnicate"], {}, "unknown command 'frobnicate'"),
         ([], {}, "a command is required"),

@@ -1,0 +1,148 @@
+"""TraceBuffer: readiness (root + quiet period, max wait), bounds with counted evictions, late
+spans via the recent-decisions cache. A settable clock stands in for time."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from collector.assembly.spans import SpanRecord
+from collector.assembly.trace_buffer import BufferSettings, TraceBuffer
+from collector.metrics.registry import Metrics
+from collector.model import PendingAck
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(trace: bytes, *, root: bool = False, size: int = 100) -> SpanRecord:
+    return SpanRecord(trace_id=trace, span_id=os.urandom(8), parent_span_id=b"" if root else os.urandom(8),
+                      name="s", start_time_unix_nano=1, end_time_unix_nano=2, service="svc", attributes={},
+                      size=size)
+
+
+def evictions(metrics: Metrics, reason: str) -> float:
+    return metrics.registry.get_sample_value("ctxprec_trace_evictions_total", {"reason": reason}) or 0.0
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def test_ready_after_root_and_quiet_period(clock: Clock) -> None:
+    metrics = Metrics()
+    buffer = TraceBuffer(BufferSettings(quiet_s=2.0, max_wait_s=30.0), metrics=metrics, clock=clock)
+    trace = os.urandom(16)
+    buffer.add(record(trace))
+    buffer.add(record(trace, root=True))
+    assert metrics.registry.get_sample_value("ctxprec_traces_buffered") == 1
+    clock.now += 1.9
+    assert buffer.pop_ready() == []
+    buffer.add(record(trace))  # a new span restarts the quiet period
+    clock.now += 1.9
+    assert buffer.pop_ready() == []
+    clock.now += 0.2
+    [ready] = buffer.pop_ready()
+    assert ready.trace_id == trace and len(ready.spans) == 3 and ready.evicted is None
+    assert len(buffer) == 0 and buffer.bytes == 0
+    assert metrics.registry.get_sample_value("ctxprec_traces_buffered") == 0
+
+
+def test_without_root_the_trace_waits_for_max_wait(clock: Clock) -> None:
+    buffer = TraceBuffer(BufferSettings(quiet_s=2.0, max_wait_s=30.0), clock=clock)
+    trace = os.urandom(16)
+    buffer.add(record(trace))
+    clock.now += 10
+    assert buffer.pop_ready() == []
+    buffer.add(record(trace))
+    clock.now += 20
+    [ready] = buffer.pop_ready()
+    assert len(ready.spans) == 2
+
+
+def test_late_spans_are_recognised_after_hand_out(clock: Clock) -> None:
+    buffer = TraceBuffer(BufferSettings(quiet_s=0.0), clock=clock)
+    trace = os.urandom(16)
+    buffer.add(record(trace, root=True))
+    assert not buffer.is_decided(trace)
+    assert len(buffer.pop_ready()) == 1
+    assert buffer.is_decided(trace)
+    assert trace not in buffer
+
+
+def test_recent_decisions_are_bounded(clock: Clock) -> None:
+    buffer = TraceBuffer(BufferSettings(quiet_s=0.0, recent_decisions=3), clock=clock)
+    traces = [os.urandom(16) for _ in range(5)]
+    for trace in traces:
+        buffer.add(record(trace, root=True))
+    assert len(buffer.pop_ready()) == 5
+    assert [buffer.is_decided(t) for t in traces] == [False, False, True, True, True]
+
+
+def test_trace_count_bound_evicts_oldest_first_and_counts(clock: Clock) -> None:
+    metrics = Metrics()
+    buffer = TraceBuffer(BufferSettings(max_traces=3), metrics=metrics, clock=clock)
+    traces = [os.urandom(16) for _ in range(5)]
+    for trace in traces:
+        buffer.add(record(trace))
+        clock.now += 0.01
+    assert len(buffer) == 3
+    assert evictions(metrics, "max_traces") == 2
+    evicted = buffer.pop_ready()  # evicted traces are handed out (partial), not lost
+    assert [t.trace_id for t in evicted] == traces[:2]
+    assert all(t.evicted == "max_traces" for t in evicted)
+    assert buffer.is_decided(traces[0])
+
+
+def test_byte_bound_evicts_and_tracks_bytes(clock: Clock) -> None:
+    metrics = Metrics()
+    buffer = TraceBuffer(BufferSettings(max_bytes=1_000), metrics=metrics, clock=clock)
+    a, b = os.urandom(16), os.urandom(16)
+    for _ in range(4):
+        buffer.add(record(a, size=200))
+    assert buffer.bytes == 800
+    buffer.add(record(b, size=300))  # 1100 > 1000: the older trace goes
+    assert evictions(metrics, "max_bytes") == 1
+    assert buffer.bytes == 300
+    assert metrics.registry.get_sample_value("ctxprec_buffered_bytes") == 300
+    assert [t.trace_id for t in buffer.pop_ready()] == [a]
+    buffer.add(record(b, size=5_000))  # one trace alone over the budget is handed out too
+    assert len(buffer) == 0 and buffer.bytes == 0
+    assert evictions(metrics, "max_bytes") == 2
+
+
+def test_acks_are_held_once_per_trace_and_handed_out(clock: Clock) -> None:
+    fired: list[bool] = []
+    ack = PendingAck(lambda: fired.append(True))
+    buffer = TraceBuffer(BufferSettings(quiet_s=0.0), clock=clock)
+    trace = os.urandom(16)
+    buffer.add(record(trace), ack)
+    buffer.add(record(trace, root=True), ack)
+    ack.seal()
+    assert not ack.done
+    [ready] = buffer.pop_ready()
+    assert ready.acks == [ack]
+    for held in ready.acks:
+        held.release()
+    assert ack.done and fired == [True]
+
+
+def test_pop_all_hands_out_everything(clock: Clock) -> None:
+    buffer = TraceBuffer(clock=clock)
+    for _ in range(3):
+        buffer.add(record(os.urandom(16)))
+    assert len(buffer.pop_all()) == 3
+    assert len(buffer) == 0
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_traces"):
+        BufferSettings(max_traces=0)
+    with pytest.raises(ValueError, match="quiet_s"):
+        BufferSettings(quiet_s=-1)

@@ -111,15 +111,12 @@ def start_stub_judge() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "collector.stub_judge", "--port", "0"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    port = next((tok.rsplit(":", 1)[-1].strip("/") for tok in line.split() if "127.0.0.1:" in tok), None)
-    if not port:
-        digits = [tok for tok in line.replace("/", " ").replace(":", " ").split() if tok.isdigit()]
-        port = digits[-1] if digits else None
-    if not port:
+    line = proc.stdout.readline().strip()  # "stub judge listening on http://127.0.0.1:PORT/v1"
+    url = line.rsplit(" ", 1)[-1]
+    if not url.startswith("http://"):
         proc.kill()
-        raise RuntimeError(f"could not read the stub judge's port from {line!r}")
-    return proc, f"http://127.0.0.1:{int(port)}/v1"
+        raise RuntimeError(f"could not read the stub judge's address from {line!r}")
+    return proc, url
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -45,8 +45,9 @@ class Retrieval:
     end_time_unix_nano: int = 0  # when the retrieval ended (for score delay); 0 if unknown
     convention: str = ""  # openinference | genai | openllmetry | mapping | rag_event
     sample_rate: float = 1.0  # set by sampling
-    # Called exactly once when this retrieval reached its decision (Kafka offset tracking).
-    on_decided: Callable[["Decision"], None] | None = None
+    # Called exactly once when this retrieval reached its decision, with the span attributes to
+    # write back (None when there is nothing to write): releases held spans and Kafka offsets.
+    on_decided: Callable[["Decision", dict[str, Any] | None], None] | None = None
 
 
 class PendingAck:

@@ -43,11 +43,11 @@ _DOMAIN_RE = re.compile(
 
 # Each pattern consumes its first character before the lookbehinds that refuse to start inside a
 # longer run: a leading character class lets the regex engine skip ahead to candidates.
-# Cards: digit groups with a single space or dash between them.
-_CARD_RE = re.compile(r"\d(?<![\w-]\d)(?<!\d \d)(?:[ -]?\d){12,18}(?![\w-])(?![ -]?\d)")
+# Cards: digit groups with a single space or dash between them; a leading "+" makes a phone.
+_CARD_RE = re.compile(r"\d(?<![\w+-]\d)(?<!\d \d)(?:[ -]?\d){12,18}(?![\w-])(?![ -]?\d)")
 
 _PHONE_RE = re.compile(
-    r"[+(\d](?<![\w+.-][+(\d])(?<!\d [+(\d])"
+    r"[+(\d](?<![\w+.-][+(\d])(?<!\d \d)"
     r"(?:"
     r"(?<=\+)\d{1,3}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]\d{1,8}){1,6}"  # +44 20 7946 0958, +1 (555) 123-4567
     r"|(?<=\+)\d{8,15}"  # +14155552671

@@ -22,7 +22,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
@@ -77,12 +77,18 @@ class IngestSettings:
     buffer: BufferSettings = field(default_factory=BufferSettings)
     hold_deadline_s: float = 60.0  # a held retrieval span goes out unscored after this
     flush_interval_s: float = 0.1
+    # How unsampled retrievals are counted (`not_sampled`): "learned" searches a service's
+    # requests only for the conventions already seen in that service's sampled spans (one byte
+    # search for an OpenInference app); "exact" searches for every enabled convention.
+    not_sampled_counting: str = "learned"
 
     def __post_init__(self) -> None:
         if self.hold_deadline_s <= 0:
             raise ValueError(f"hold_deadline_s: must be positive, got {self.hold_deadline_s}")
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: must be positive, got {self.flush_interval_s}")
+        if self.not_sampled_counting not in ("learned", "exact"):
+            raise ValueError(f"not_sampled_counting: must be 'learned' or 'exact', got {self.not_sampled_counting!r}")
 
 
 @dataclass(slots=True)
@@ -132,16 +138,13 @@ class OtlpIngest:
         self._held_by_trace: dict[bytes, list[bytes]] = {}
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
-        order = self.conventions.order
-        self._count_oi = OPENINFERENCE in order
-        self._count_genai = GENAI in order
-        # Length-prefixed keys (as encoded on the wire): fewer false hits than the bare text.
-        slow: list[bytes] = []
-        if OPENLLMETRY in order:
-            slow += [_framed(OLLM_EVENT), _framed(TRACELOOP_OUTPUT)]
-        if MAPPING in order and self.settings.conventions.mapping is not None:
-            slow.append(_framed(self.settings.conventions.mapping.query_key()))
-        self._slow_markers = tuple(slow)
+        # Byte markers of the conventions that need a per-span look (length-prefixed keys as
+        # encoded on the wire: fewer false hits than the bare text).
+        self._slow_markers: dict[str, tuple[bytes, ...]] = {OPENLLMETRY: (_framed(OLLM_EVENT), _framed(TRACELOOP_OUTPUT))}
+        if self.settings.conventions.mapping is not None:
+            self._slow_markers[MAPPING] = (_framed(self.settings.conventions.mapping.query_key()),)
+        self._exact = self.settings.not_sampled_counting == "exact"
+        self._learned: dict[str, frozenset[str]] = {}  # service -> conventions seen in its spans
 
     @property
     def span_mode(self) -> bool:
@@ -232,20 +235,25 @@ class OtlpIngest:
         """Copies the spans of sampled traces into the buffer and holds their retrieval spans
         (span mode). Returns (scope spans, span id, span bytes) of each held span."""
         span_mode = self._forwarder is not None
-        fast_routed: dict[int, int] = {}
+        fast_routed: dict[tuple[int, str], int] = {}
         routed_ids: set[tuple[bytes, bytes]] = set()
         held: list[tuple[Any, bytes, bytes]] = []
         now = self._clock()
         for ri, ss, span, service, route in routed:
             record = span_record(span, service, self._max_chars)
             routed_ids.add((record.trace_id, record.span_id))
-            if (self._count_oi and _is_openinference(record)) or (self._count_genai and _is_genai(record)):
-                fast_routed[ri] = fast_routed.get(ri, 0) + 1
+            if _is_openinference(record):
+                fast_routed[ri, OPENINFERENCE] = fast_routed.get((ri, OPENINFERENCE), 0) + 1
+            if _is_genai(record):
+                fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
+            convention = self.conventions.match(record)
+            if convention is not None:
+                self._learn(service, convention)
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
             self.buffer.add(record, ack)
-            if span_mode and self.conventions.match(record) is not None:
+            if span_mode and convention is not None:
                 rs = request.resource_spans[ri]
                 copy = Span()
                 copy.CopyFrom(span)
@@ -261,33 +269,35 @@ class OtlpIngest:
             self._count_not_sampled(request, data, fast_routed, routed_ids)
         return held
 
-    def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes, fast_routed: dict[int, int],
-                           routed_ids: set[tuple[bytes, bytes]]) -> None:
+    def _learn(self, service: str, convention: str) -> None:
+        known = self._learned.get(service, frozenset())
+        if convention not in known and len(self._learned) < 10_000:
+            self._learned[service] = known | {convention}
+
+    def _scan_set(self, service: str) -> Iterable[str]:
+        return self.conventions.order if self._exact else self._learned.get(service, ())
+
+    def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes,
+                           fast_routed: dict[tuple[int, str], int], routed_ids: set[tuple[bytes, bytes]]) -> None:
+        """Counts the retrievals among the spans that were not routed to the buffer, by searching
+        the request bytes: the exact encoding of the OpenInference / GenAI markers is counted,
+        other conventions fall back to a per-span look when their marker occurs at all."""
         assert self._sink is not None
         resources = request.resource_spans
-        if len(resources) == 1:
-            chunks = [(0, data)]
-        else:
-            if not self._any_marker(data):
-                return
-            chunks = [(ri, rs.SerializeToString()) for ri, rs in enumerate(resources)]
-        for ri, chunk in chunks:
-            oi = chunk.count(OPENINFERENCE_MARKER) if self._count_oi else 0
-            genai = chunk.count(GENAI_MARKER) if self._count_genai else 0
-            slow = (oi and genai) or any(marker in chunk for marker in self._slow_markers)
-            if slow:
-                count = self._scan_unsampled(resources[ri], routed_ids)
-            else:
-                count = oi + genai - fast_routed.get(ri, 0)
+        for ri, rs in enumerate(resources):
+            service = service_name(rs.resource)
+            conventions = self._scan_set(service)
+            if not conventions:
+                continue
+            chunk = data if len(resources) == 1 else rs.SerializeToString()
+            oi = chunk.count(OPENINFERENCE_MARKER) - fast_routed.get((ri, OPENINFERENCE), 0) \
+                if OPENINFERENCE in conventions else 0
+            genai = chunk.count(GENAI_MARKER) - fast_routed.get((ri, GENAI), 0) if GENAI in conventions else 0
+            slow = (oi > 0 and genai > 0) or any(
+                marker in chunk for name in conventions for marker in self._slow_markers.get(name, ()))
+            count = self._scan_unsampled(rs, routed_ids) if slow else oi + genai
             if count > 0:
-                self._sink.not_sampled(service_name(resources[ri].resource), count)
-
-    def _any_marker(self, data: bytes) -> bool:
-        if self._count_oi and OPENINFERENCE_MARKER in data:
-            return True
-        if self._count_genai and GENAI_MARKER in data:
-            return True
-        return any(marker in data for marker in self._slow_markers)
+                self._sink.not_sampled(service, count)
 
     def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
         service = service_name(rs.resource)

@@ -37,8 +37,9 @@ from collector.model import PendingAck
 from collector.receivers.kafka_config import KafkaSettings
 from collector.receivers.kafka_dlq import DeadLetterWriter
 from collector.receivers.kafka_messages import (
-    MessageError, check_size, decode_otlp, decode_rag_event, retrieval_from_event)
+    MessageError, check_size, decode_otlp, load_json, parse_event, retrieval_from_event)
 from collector.receivers.kafka_offsets import PartitionOffsets
+from collector.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Ingest(Protocol):
 
 class RetrievalSink(Protocol):
     def submit(self, retrieval: Any) -> None: ...
+    def not_sampled(self, service: str, count: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -66,7 +68,8 @@ class _Partition:
 
 class KafkaReceiver:
     def __init__(self, settings: KafkaSettings, *, sink: RetrievalSink, metrics: Metrics,
-                 ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None) -> None:
+                 ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None,
+                 sampler: Sampler | None = None) -> None:
         if settings.format != "rag_event" and ingest is None:
             raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
         self.settings = settings
@@ -74,6 +77,9 @@ class KafkaReceiver:
         self.ingest = ingest
         self.metrics = metrics
         self.commit_barrier = commit_barrier
+        # rag_event head sampling; the pipeline's gate carries its sampler.
+        self._sampler: Sampler | None = sampler if sampler is not None else getattr(sink, "sampler", None)
+        self._not_sampled: dict[str, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._dlq: DeadLetterWriter | None = None
@@ -187,23 +193,33 @@ class KafkaReceiver:
 
     async def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         high = self.settings.max_undone_per_partition
-        messages = self.metrics.kafka_messages.labels(format=self.settings.format)
-        for i, record in enumerate(records):
-            part = self._partitions.get(tp)
-            if part is None or part.offsets.revoked:
-                return  # revoked while this batch was in hand: the new owner reads it
-            if part.offsets.undone >= high:
-                # Full: rewind to the first message not handed over and pause until it drains,
-                # so the bound holds whatever the fetch size.
-                assert self._consumer is not None
-                try:
-                    self._consumer.seek(tp, record.offset)
-                except IllegalStateError:
+        events = self.settings.format == "rag_event"
+        handed = 0
+        try:
+            for record in records:
+                part = self._partitions.get(tp)
+                if part is None or part.offsets.revoked:
+                    return  # revoked while this batch was in hand: the new owner reads it
+                if part.offsets.undone >= high:
+                    # Full: rewind to the first message not handed over and pause until it
+                    # drains, so the bound holds whatever the fetch size.
+                    assert self._consumer is not None
+                    try:
+                        self._consumer.seek(tp, record.offset)
+                    except IllegalStateError:
+                        return
+                    self._pause(part)
                     return
-                self._pause(part)
-                return
-            await self._hand_over(part, record)
-            messages.inc()
+                handed += 1
+                if events:
+                    self._hand_over_event(part, record)
+                else:
+                    await self._hand_over_otlp(part, record)
+        finally:
+            self.handed_over += handed
+            if handed:
+                self.metrics.kafka_messages.labels(format=self.settings.format).inc(handed)
+            self._flush_not_sampled()
 
     def _pause(self, part: _Partition) -> None:
         assert self._consumer is not None
@@ -214,45 +230,89 @@ class KafkaReceiver:
             except IllegalStateError:
                 pass
 
-    async def _hand_over(self, part: _Partition, record: ConsumerRecord) -> None:
+    def _ack_for(self, offsets: PartitionOffsets, offset: int) -> PendingAck:
+        return PendingAck(lambda: self._done(offsets, offset))
+
+    def _hand_over_event(self, part: _Partition, record: ConsumerRecord) -> None:
         offsets = part.offsets
         offset = record.offset
         offsets.track(offset)
-        ack = PendingAck(lambda: self._done(offsets, offset))
-        self.handed_over += 1
         try:
-            value = check_size(record.value, self.settings.max_message_bytes)
-            if self.settings.format == "rag_event":
-                event = decode_rag_event(value)
-                retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
-                ack.hold()
-                retrieval.on_decided = lambda decision, attributes=None: ack.release()
-                try:
-                    self.sink.submit(retrieval)
-                except BaseException:
-                    if retrieval.on_decided is not None:  # never decided: do not hold the offset
-                        retrieval.on_decided = None
-                        ack.release()
-                    raise
-            else:
-                request = decode_otlp(value, self.settings.format, self.settings.max_message_bytes)
-                assert self.ingest is not None
-                # A TracesData message is also a valid ExportTraceServiceRequest encoding, so the
-                # protobuf bytes can be forwarded untouched when nothing in them is held.
-                raw = value if self.settings.format == "otlp_proto" else None
-                result = self.ingest.ingest(request, receiver=RECEIVER, raw=raw, ack=ack)
-                if inspect.isawaitable(result):
-                    await result
+            obj = load_json(check_size(record.value, self.settings.max_message_bytes))
+            if self._head_unsampled(obj):
+                offsets.done(offset)
+                return
+            event = parse_event(obj)
         except MessageError as exc:
-            self._dead_letter(part, record, ack, exc.reason, exc.message)
+            self._dead_letter(record, self._ack_for(offsets, offset), exc.reason, exc.message)
             return
+        retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
+        ack = self._ack_for(offsets, offset)
+        ack.hold()
+        retrieval.on_decided = lambda decision, attributes=None: ack.release()
+        try:
+            self.sink.submit(retrieval)
         except Exception as exc:  # the pipeline refused it: dead-letter rather than stall
             log.exception("kafka message %s[%d]@%d could not be handed over", record.topic, record.partition, offset)
-            self._dead_letter(part, record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
+            if retrieval.on_decided is not None:  # never decided: do not hold the offset
+                retrieval.on_decided = None
+                ack.release()
+            self._dead_letter(record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
             return
         ack.seal()
 
-    def _dead_letter(self, part: _Partition, record: ConsumerRecord, ack: PendingAck, reason: str, error: str) -> None:
+    def _head_unsampled(self, obj: Any) -> bool:
+        """The head sampling decision on the two fields it needs, before validating the rest:
+        at 1% sampling, 99% of events are only counted (as `not_sampled`, which the gate would
+        decide for them too). Anything unusual goes the full way through the gate."""
+        sampler = self._sampler
+        if sampler is None or type(obj) is not dict:
+            return False
+        trace_id = obj.get("trace_id")
+        service = obj.get("service") or ""
+        if type(trace_id) is not str or len(trace_id) != 32 or type(service) is not str:
+            return False
+        try:
+            raw = bytes.fromhex(trace_id)
+        except ValueError:
+            return False
+        # A rate of 0 is a rule's "filtered", which the gate decides and names.
+        if sampler.head_rate(service) <= 0 or sampler.keep_trace(raw, service):
+            return False
+        self._not_sampled[service] = self._not_sampled.get(service, 0) + 1
+        return True
+
+    def _flush_not_sampled(self) -> None:
+        if self._not_sampled:
+            counts, self._not_sampled = self._not_sampled, {}
+            for service, n in counts.items():
+                self.sink.not_sampled(service, n)
+
+    async def _hand_over_otlp(self, part: _Partition, record: ConsumerRecord) -> None:
+        offsets = part.offsets
+        offset = record.offset
+        offsets.track(offset)
+        ack = self._ack_for(offsets, offset)
+        try:
+            value = check_size(record.value, self.settings.max_message_bytes)
+            request = decode_otlp(value, self.settings.format, self.settings.max_message_bytes)
+            assert self.ingest is not None
+            # A TracesData message is also a valid ExportTraceServiceRequest encoding, so the
+            # protobuf bytes can be forwarded untouched when nothing in them is held.
+            raw = value if self.settings.format == "otlp_proto" else None
+            result = self.ingest.ingest(request, receiver=RECEIVER, raw=raw, ack=ack)
+            if inspect.isawaitable(result):
+                await result
+        except MessageError as exc:
+            self._dead_letter(record, ack, exc.reason, exc.message)
+            return
+        except Exception as exc:  # the pipeline refused it: dead-letter rather than stall
+            log.exception("kafka message %s[%d]@%d could not be handed over", record.topic, record.partition, offset)
+            self._dead_letter(record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
+            return
+        ack.seal()
+
+    def _dead_letter(self, record: ConsumerRecord, ack: PendingAck, reason: str, error: str) -> None:
         """Copy the message to the dead-letter topic; its offset is done once that is written."""
         assert self._dlq is not None
         log.warning("kafka message %s[%d]@%d dead-lettered (%s): %s",

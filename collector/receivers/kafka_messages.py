@@ -44,17 +44,24 @@ def decode_otlp(value: bytes, fmt: str, max_bytes: int) -> Any:
         raise MessageError(exc.reason, f"{fmt}: {exc.message}") from None
 
 
-def decode_rag_event(value: bytes) -> RagEvent:
+def load_json(value: bytes) -> Any:
     try:
-        obj = json.loads(value)
+        return json.loads(value)
     except UnicodeDecodeError:
         raise MessageError("bad_json", "rag_event: message is not UTF-8 text") from None
     except ValueError as exc:
         raise MessageError("bad_json", f"rag_event: not valid JSON ({exc})") from None
+
+
+def parse_event(obj: Any) -> RagEvent:
     try:
         return parse_rag_event(obj)
     except EventError as exc:
         raise MessageError("bad_event", f"rag_event: {exc.message}") from None
+
+
+def decode_rag_event(value: bytes) -> RagEvent:
+    return parse_event(load_json(value))
 
 
 def retrieval_from_event(event: RagEvent, *, message_time_ms: int | None = None) -> Retrieval:

@@ -172,7 +172,7 @@ class RecentKeys:
         """Records `key` and says whether it was already there."""
         now = self._clock()
         while self._seen:
-            oldest_key, at = next(iter(self._seen.items()))
+            _, at = next(iter(self._seen.items()))
             if now - at <= self.window_s and len(self._seen) < self.max_entries:
                 break
             self._seen.popitem(last=False)

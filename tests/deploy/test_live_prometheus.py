@@ -135,6 +135,7 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
                                                   end=now, step=2)
                         checked += 1
                         panel_has_data = panel_has_data or _has_data(data["result"])
+                        print('TARGET', _has_data(data['result']), len(data['result']), panel['title'], expr[:80])
                     if not panel_has_data:
                         empty.append(f"{path.stem}: {panel['title']}")
             assert checked >= 30

@@ -15,7 +15,6 @@ import os
 import platform
 import random
 import socket
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -122,16 +121,45 @@ def build_bodies(n_requests: int, traces_per_request: int, seed: int = 7) -> lis
 
 # -- a discard OTLP/HTTP endpoint in its own process, so it does not share our core --
 
+class _DiscardProtocol(asyncio.Protocol):
+    """Minimal HTTP/1.1 keep-alive endpoint: reads each request body by Content-Length, answers
+    200 with an empty body. Cheaper than a full server, so the sidecar is what gets measured."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.remaining = -1  # body bytes still to skip; -1 while reading headers
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            if self.remaining < 0:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                headers = bytes(self.buffer[:end]).lower()
+                del self.buffer[:end + 4]
+                marker = headers.find(b"content-length:")
+                self.remaining = int(headers[marker + 15:].split(b"\r\n", 1)[0]) if marker >= 0 else 0
+            take = min(self.remaining, len(self.buffer))
+            del self.buffer[:take]
+            self.remaining -= take
+            if self.remaining > 0:
+                return
+            self.remaining = -1
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"  # type: ignore[attr-defined]
+                                 b"Content-Length: 0\r\n\r\n")
+
+
 def _discard_server(port: int) -> None:
-    from aiohttp import web
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(_DiscardProtocol, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
 
-    async def traces(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(body=b"", content_type="application/x-protobuf")
-
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_post("/v1/traces", traces)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    asyncio.run(serve())
 
 
 def free_port() -> int:
@@ -169,32 +197,38 @@ class _DecidingSink:
 
 
 def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
+    """Best of `rounds`, by CPU time of this process (the machine is shared: CPU time is what
+    one core spends; wall time also counts other tenants' turns)."""
     best = 0.0
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for body in bodies:
             ExportTraceServiceRequest().ParseFromString(body)
-        best = max(best, spans / (time.perf_counter() - t0))
+        best = max(best, spans / max(time.process_time() - t0, 1e-9))
     return best
 
 
-async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
-    from collector.assembly.ingest import OtlpIngest
+async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str,
+                       counting: str = "learned") -> dict[str, Any]:
+    from collector.assembly.ingest import IngestSettings, OtlpIngest
     from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
     from collector.metrics.registry import Metrics
     from collector.receivers.otlp_decode import decode_with_raw
     from collector.sampling.sampler import Sampler
 
     rates = []
+    wall_rates = []
     details: dict[str, Any] = {}
     for _ in range(rounds):
         metrics = Metrics()
         forwarder = SpanForwarder(ForwarderSettings(forward_url, max_queue_bytes=512 * 1024 * 1024), metrics=metrics)
         await forwarder.start()
         sink = _DecidingSink()
-        ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, forwarder=forwarder)
+        ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, forwarder=forwarder,
+                            settings=IngestSettings(not_sampled_counting=counting))
         await ingest.start()
         t0 = time.perf_counter()
+        c0 = time.process_time()
         for body in bodies:
             request, raw = decode_with_raw(body, content_type="application/x-protobuf", content_encoding=None,
                                            max_bytes=64 * 1024 * 1024)
@@ -203,14 +237,16 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
         while forwarder.queued_bytes:
             await asyncio.sleep(0.001)
         elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         await ingest.stop(timeout_s=1.0)
         await forwarder.stop()
-        rates.append(spans / elapsed)
+        rates.append(spans / max(cpu, 1e-9))
+        wall_rates.append(spans / elapsed)
         dropped = sum(s.value for m in metrics.export_dropped.collect() for s in m.samples
                       if s.name.endswith("_total"))
         details = {"sampled_retrievals": sink.submitted, "not_sampled_retrievals": sink.not_sampled_total,
                    "forward_dropped_spans": dropped}
-    return {"rate": max(rates), **details}
+    return {"rate": max(rates), "wall_rate": max(wall_rates), **details}
 
 
 def machine() -> dict[str, Any]:
@@ -232,7 +268,9 @@ def main() -> None:
     try:
         wait_port(port)
         baseline = bare_parse_rate(bodies, spans, rounds)
-        result = asyncio.run(ctxprec_rate(bodies, spans, rounds, f"http://127.0.0.1:{port}"))
+        url = f"http://127.0.0.1:{port}"
+        result = asyncio.run(ctxprec_rate(bodies, spans, rounds, url))
+        exact = asyncio.run(ctxprec_rate(bodies, spans, rounds, url, counting="exact"))
         baseline = max(baseline, bare_parse_rate(bodies, spans, rounds))  # before and after: fairest baseline
     finally:
         server.terminate()
@@ -251,13 +289,20 @@ def main() -> None:
         "bare_parse_spans_per_s": round(baseline),
         "ctxprec_spans_per_s": round(result["rate"]),
         "ratio": round(ratio, 3),
+        "measure": "best of rounds, spans per CPU-second of the process (includes forwarding syscalls)",
+        "ctxprec_wall_clock_spans_per_s": round(result["wall_rate"]),
         "goal_ratio": 0.2,
         "meets_goal": ratio >= 0.2,
-        **{k: v for k, v in result.items() if k != "rate"},
+        "not_sampled_counting": "learned (default)",
+        "exact_counting_spans_per_s": round(exact["rate"]),
+        "exact_counting_ratio": round(exact["rate"] / baseline, 3),
+        **{k: v for k, v in result.items() if k not in ("rate", "wall_rate")},
     }
     print(f"bare ParseFromString : {baseline:12,.0f} spans/s")
-    print(f"decode + OtlpIngest  : {result['rate']:12,.0f} spans/s  (sample rate 1%, forwarding on)")
+    print(f"decode + OtlpIngest  : {result['rate']:12,.0f} spans/s  (sample rate 1%, forwarding on; "
+          f"wall clock {result['wall_rate']:,.0f})")
     print(f"ratio                : {ratio:.3f}  (goal >= 0.20)  avg span {avg_bytes:.0f} B")
+    print(f"  with not_sampled_counting=exact: {exact['rate']:,.0f} spans/s, ratio {exact['rate'] / baseline:.3f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
 

@@ -190,6 +190,8 @@ def parse_data_block(messages: Any) -> dict[str, Any]:
             data = json.loads(content[line_start:line_end])
         except ValueError as exc:
             raise BadRequest(f"data block: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise BadRequest("data block: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise BadRequest("data block: must be a JSON object")
         return data

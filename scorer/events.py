@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,8 @@ def parse_rag_event_line(line: str, line_no: int) -> RagEvent:
         obj = json.loads(line)
     except ValueError as exc:
         raise EventError(f"line {line_no}: not valid JSON ({_json_error(exc)})") from None
+    except RecursionError:
+        raise EventError(f"line {line_no}: not valid JSON (nested too deeply)") from None
     try:
         return parse_rag_event(obj)
     except EventError as exc:
@@ -194,7 +197,12 @@ def parse_rfc3339(text: str) -> float | None:
 
 
 def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= _MAX_FLOAT_INT  # JSON ints can be too large for a float
+    return isinstance(value, float) and math.isfinite(value)
+
+
+_MAX_FLOAT_INT = int(sys.float_info.max)
 
 
 def _json_type(value: Any) -> str:

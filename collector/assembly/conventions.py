@@ -92,7 +92,7 @@ class Conventions:
         order = [name for name in self.config.order if name != MAPPING or self.config.mapping is not None]
         self.order: tuple[str, ...] = tuple(order)
         self._matchers: dict[str, Callable[[SpanRecord], bool]] = {
-            OPENINFERENCE: _is_openinference, GENAI: _is_genai, OPENLLMETRY: _is_openllmetry,
+            OPENINFERENCE: is_openinference_retrieval, GENAI: is_genai_retrieval, OPENLLMETRY: _is_openllmetry,
             MAPPING: self._is_mapping,
         }
 
@@ -166,12 +166,12 @@ class Conventions:
 
 # -- matchers --
 
-def _is_openinference(span: SpanRecord) -> bool:
+def is_openinference_retrieval(span: SpanRecord) -> bool:
     # Exact value, as the spec writes it: the ingest fast path counts this exact encoding.
     return span.attributes.get(OI_KIND) == "RETRIEVER"
 
 
-def _is_genai(span: SpanRecord) -> bool:
+def is_genai_retrieval(span: SpanRecord) -> bool:
     return span.attributes.get(GENAI_OPERATION) == "retrieval"
 
 

@@ -39,12 +39,12 @@ from collector.assembly.conventions import (
     ConventionConfig,
     Conventions,
     Extracted,
-    _is_genai,
-    _is_openinference,
+    is_genai_retrieval,
+    is_openinference_retrieval,
 )
 from collector.assembly.spans import service_name, set_attributes, span_record
 from collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
-from collector.assembly.wire import encode_varint, remove_spans
+from collector.assembly.wire import encode_varint, remove_spans, resource_ranges
 from collector.metrics.registry import Metrics
 from collector.model import Decision, Retrieval
 
@@ -159,8 +159,10 @@ class OtlpIngest:
     async def ingest(self, request: ExportTraceServiceRequest, *, receiver: str, raw: bytes | None = None,
                      ack: Any = None) -> None:
         """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
-        has it (forwarded as is when nothing in it is held). In span mode the held retrieval
-        spans are removed from `request`."""
+        has it (forwarded as is when nothing in it is held; without it the request is encoded
+        once). Counts the spans under `receiver`. `ack` (a PendingAck) is held by each sampled
+        trace until its retrievals are decided. In span mode `request` may lose its held
+        retrieval spans (only when they cannot be cut out of the bytes directly)."""
         routes: dict[bytes, int] = {}
         routed: list[tuple[int, Any, Any, str, int]] = []
         total = 0
@@ -242,9 +244,9 @@ class OtlpIngest:
         for ri, ss, span, service, route in routed:
             record = span_record(span, service, self._max_chars)
             routed_ids.add((record.trace_id, record.span_id))
-            if _is_openinference(record):
+            if is_openinference_retrieval(record):
                 fast_routed[ri, OPENINFERENCE] = fast_routed.get((ri, OPENINFERENCE), 0) + 1
-            if _is_genai(record):
+            if is_genai_retrieval(record):
                 fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
             convention = self.conventions.match(record)
             if convention is not None:
@@ -284,17 +286,28 @@ class OtlpIngest:
         other conventions fall back to a per-span look when their marker occurs at all."""
         assert self._sink is not None
         resources = request.resource_spans
+        ranges: list[tuple[int, int]] | None = [(0, len(data))]
+        if len(resources) > 1:
+            ranges = resource_ranges(data)
+            if ranges is None or len(ranges) != len(resources):
+                ranges = None
         for ri, rs in enumerate(resources):
             service = service_name(rs.resource)
             conventions = self._scan_set(service)
             if not conventions:
                 continue
-            chunk = data if len(resources) == 1 else rs.SerializeToString()
-            oi = chunk.count(OPENINFERENCE_MARKER) - fast_routed.get((ri, OPENINFERENCE), 0) \
+            if ranges is not None:
+                chunk, (start, end) = data, ranges[ri]
+            else:
+                chunk = rs.SerializeToString()
+                start, end = 0, len(chunk)
+            oi = chunk.count(OPENINFERENCE_MARKER, start, end) - fast_routed.get((ri, OPENINFERENCE), 0) \
                 if OPENINFERENCE in conventions else 0
-            genai = chunk.count(GENAI_MARKER) - fast_routed.get((ri, GENAI), 0) if GENAI in conventions else 0
+            genai = chunk.count(GENAI_MARKER, start, end) - fast_routed.get((ri, GENAI), 0) \
+                if GENAI in conventions else 0
             slow = (oi > 0 and genai > 0) or any(
-                marker in chunk for name in conventions for marker in self._slow_markers.get(name, ()))
+                chunk.find(marker, start, end) >= 0
+                for name in conventions for marker in self._slow_markers.get(name, ()))
             count = self._scan_unsampled(rs, routed_ids) if slow else oi + genai
             if count > 0:
                 self._sink.not_sampled(service, count)
@@ -374,7 +387,9 @@ class OtlpIngest:
             try:
                 self._sink.submit(retrieval)
             except Exception:
+                # The sink must not raise; if it does, free the held span and the ack anyway.
                 log.exception("retrieval sink refused trace %s span %s", retrieval.trace_id, retrieval.span_id)
+                retrieval.on_decided(Decision.FAILED, None)
 
     def _on_decided_for(self, trace_id: bytes, span_id: bytes,
                         countdown: _Countdown) -> Callable[..., None]:

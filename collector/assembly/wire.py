@@ -95,30 +95,48 @@ def _remove(raw: bytes, spans: list[bytes]) -> bytes | None:
         if owner is None:
             return None
         cuts.setdefault(owner[2], []).append((start, pos + len(span)))
-    out: list[bytes] = []
+    # One join at the end: every unchanged range is a memoryview slice, not a copy.
+    view = memoryview(raw)
+    out: list[bytes | memoryview] = []
     for field, frame, body, end, scopes in layout:
         if not any(ss[2] in cuts for ss in scopes):
-            out.append(raw[frame:end])
+            out.append(view[frame:end])
             continue
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        rs_length = 0
         cursor = body
         for _, ss_frame, ss_body, ss_end in scopes:
             ranges = cuts.get(ss_body)
             if not ranges:
                 continue
-            parts.append(raw[cursor:ss_frame])
-            pieces = []
+            parts.append(view[cursor:ss_frame])
+            rs_length += ss_frame - cursor
+            pieces: list[memoryview] = []
             at = ss_body
             for cut_start, cut_end in sorted(ranges):
                 if cut_start < at:
                     return None  # the same span listed twice
-                pieces.append(raw[at:cut_start])
+                pieces.append(view[at:cut_start])
                 at = cut_end
-            pieces.append(raw[at:ss_end])
-            new_body = b"".join(pieces)
-            parts.append(_SS_TAG + encode_varint(len(new_body)) + new_body)
+            pieces.append(view[at:ss_end])
+            ss_length = sum(len(p) for p in pieces)
+            header = _SS_TAG + encode_varint(ss_length)
+            parts.append(header)
+            parts.extend(pieces)
+            rs_length += len(header) + ss_length
             cursor = ss_end
-        parts.append(raw[cursor:end])
-        rs_body = b"".join(parts)
-        out.append(_RS_TAG + encode_varint(len(rs_body)) + rs_body)
+        parts.append(view[cursor:end])
+        rs_length += end - cursor
+        out.append(_RS_TAG + encode_varint(rs_length))
+        out.extend(parts)
     return b"".join(out)
+
+
+def resource_ranges(raw: bytes) -> list[tuple[int, int]] | None:
+    """(start, end) of each ResourceSpans body in a serialized request, in order; None when the
+    bytes do not parse at that level. Lets a per-resource byte search run on slices of the
+    original bytes instead of re-encoding each resource."""
+    try:
+        return [(body, end) for field, _, body, end in _fields(raw, 0, len(raw)) if field == 1]
+    except (ValueError, IndexError):
+        return None

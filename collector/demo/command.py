@@ -30,14 +30,15 @@ DEMO_SETTINGS: dict[str, Any] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=None,
+    parser.add_argument("--duration", type=float, default=None, metavar="S",
                         help="seconds to run (default: until Ctrl-C)")
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="traces per second (default %(default)s)")
-    parser.add_argument("--degrade-after", type=float, default=None,
+    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, metavar="R",
+                        help="traces per second (default %(default)s)")
+    parser.add_argument("--degrade-after", type=float, default=None, metavar="S",
                         help="seconds before support-bot's retriever degrades (default: 40%% of --duration, else 20)")
-    parser.add_argument("--metrics", default="127.0.0.1:9464",
+    parser.add_argument("--metrics", default="127.0.0.1:9464", metavar="HOST:PORT",
                         help="HOST:PORT for /metrics (default %(default)s; a free port if taken)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic (default %(default)s)")
 
 
 def _check(args: argparse.Namespace) -> str | None:

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 RECEIVER = "kafka"
 FETCH_TIMEOUT_MS = 100
-MAX_RECORDS_PER_FETCH = 500
+MAX_RECORDS_PER_FETCH = 2000
 REVOKE_DRAIN_S = 5.0
 LAG_INTERVAL_S = 0.5
 
@@ -170,6 +170,9 @@ class KafkaReceiver:
         while not self._stopping:
             try:
                 batch = await consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_RECORDS_PER_FETCH)
+                # Let the fetcher send its next requests before this batch is worked through, so
+                # the broker round trip overlaps the work instead of following it.
+                await asyncio.sleep(0)
                 for tp, records in batch.items():
                     await self._hand_over_batch(tp, records)
                 self._flow_control()

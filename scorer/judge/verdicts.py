@@ -66,6 +66,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
         obj, end = json.JSONDecoder().raw_decode(body, start)
     except json.JSONDecodeError as exc:
         raise MalformedAnswer(f"the answer's JSON does not parse ({exc.msg} at char {exc.pos})") from None
+    except RecursionError:
+        raise MalformedAnswer("the answer's JSON is nested too deeply") from None
     if "{" in body[end:]:
         raise MalformedAnswer("the answer holds more than one JSON object")
     if not isinstance(obj, dict):

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,3 +117,26 @@ def test_dockerfile_runs_non_root_with_healthcheck_and_ports() -> None:
     for copied in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
         for item in copied.split():
             assert f"!{item.rstrip('/')}" in ignore.replace("/\n", "\n"), f"{item} is excluded by the dockerignore"
+
+
+def _serve_flags() -> set[str]:
+    import argparse
+
+    from collector import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def test_ctxprec_commands_use_real_serve_flags() -> None:
+    flags = _serve_flags()
+    compose_args = _compose()["services"]["ctxprec"]["command"]
+    assert compose_args[0] == "serve"
+    cmd = re.search(r"^CMD (\[.*\])$", DOCKERFILE.read_text(), re.M)
+    docker_args = json.loads(cmd.group(1))
+    assert docker_args[0] == "serve"
+    for arg in compose_args[1:] + docker_args[1:]:
+        if arg.startswith("--"):
+            assert arg.split("=")[0] in flags, f"{arg} is not a `ctxprec serve` flag"
+    assert "--kafka-topic" in flags

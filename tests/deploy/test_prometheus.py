@@ -4,11 +4,9 @@ sidecar exposes."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.deploy.metric_names import exposed_sample_names, recorded_names, referenced_metrics

@@ -5,9 +5,6 @@ to ~0.4."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import random
-import sys
 from collections import defaultdict
 
 import pytest
@@ -57,7 +54,7 @@ async def test_traces_arrive_over_otlp_with_openinference_attributes(sink: OtlpS
         assert root[0].end_ns >= max(s.end_ns for s in spans)
         docs = [retriever.attributes[f"retrieval.documents.{i}.document.content"] for i in range(4)]
         assert all(isinstance(d, str) and d for d in docs)
-        assert f"retrieval.documents.4.document.content" not in retriever.attributes
+        assert "retrieval.documents.4.document.content" not in retriever.attributes
         assert isinstance(retriever.attributes["retrieval.documents.0.document.score"], float)
         assert retriever.attributes["retrieval.documents.0.document.id"]
         question = next(q for q in QUESTIONS if q.query == retriever.attributes["input.value"])

@@ -115,8 +115,10 @@ planted = st.one_of(
     phones.map(lambda p: (PHONE_PLACEHOLDER, p)),
     cards.map(lambda c: (CARD_PLACEHOLDER, c)),
 )
+# Items are separated by at least one word character: digit items split only by spaces or dashes
+# ("+1 000 000 000 200 000 0000") read as one longer number, which is neither a phone nor a card.
 filler = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="@0123456789+()"), max_size=40).map(
-    lambda s: f" {s.strip()} " if s.strip() else " "
+    lambda s: f" {s.strip()} w " if s.strip() else " w "
 )
 
 

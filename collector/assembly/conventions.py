@@ -459,7 +459,7 @@ def _context(content: Any, doc_id: Any, score: Any, metadata: Any) -> RetrievedC
     meta = _loads(metadata)
     try:
         numeric = float(score) if score is not None and not isinstance(score, bool) else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON int beyond float range
         numeric = None
     return RetrievedContext(
         content=_text(content) or "",

@@ -142,7 +142,9 @@ class MetricsSink:
         service = m.service(r.service)
         retriever = m.retriever(r.retriever)
         score = result.normalized_score
-        m.context_precision.labels(service=service, retriever=retriever).observe(score)
+        # The exemplar is how a dashboard gets from a low bucket to the trace that landed there.
+        exemplar = {"trace_id": r.trace_id, "span_id": r.span_id} if r.trace_id else None
+        m.context_precision.labels(service=service, retriever=retriever).observe(score, exemplar)
         m.precision_at_k.labels(service=service, retriever=retriever).observe(result.precision_at_k)
         for verdict in result.verdicts:
             m.rank_judged.labels(service=service, rank=rank_label(verdict.index + 1),

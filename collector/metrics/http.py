@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from collector.metrics.registry import Metrics
 
@@ -94,6 +95,11 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        # Exemplars (trace ids on the precision histogram) only exist in the OpenMetrics format,
+        # which Prometheus asks for in its Accept header; plain clients get the text format.
+        if "application/openmetrics-text" in request.headers.get("Accept", ""):
+            body = openmetrics.generate_latest(self.metrics.registry)
+            return web.Response(body=body, headers={"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

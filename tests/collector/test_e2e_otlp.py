@@ -29,9 +29,9 @@ EVAL_KEYS = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value", "gen_ai.
              "ctxprec.sample_rate", "ctxprec.reference_kind")
 
 
-async def fetch(url: str) -> tuple[int, str]:
+async def fetch(url: str, accept: str | None = None) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session:
-        async with session.get(url) as response:
+        async with session.get(url, headers={"Accept": accept} if accept else None) as response:
             return response.status, await response.text()
 
 
@@ -97,6 +97,14 @@ async def test_span_mode_grpc_in_http_out_openinference(make_stub_judge: MakeStu
             assert value(m, "ctxprec_rank_judged_total", service="support-bot", rank="2", relevant="true") == 1
             assert value(m, "ctxprec_judge_requests_total", model="openai/stub", outcome="ok") >= 2
             assert value(m, "ctxprec_score_delay_seconds_count") == 2
+
+            # Prometheus asks for OpenMetrics; then each precision bucket carries the trace that
+            # landed in it as an exemplar, the way from a low bucket to a trace.
+            _, om = await fetch(f"{pipeline.metrics_url}/metrics", accept="application/openmetrics-text; version=1.0.0")
+            bucket = next(line for line in om.splitlines() if line.startswith("ctxprec_context_precision_bucket")
+                          and 'retriever="kb-v2"' in line and 'le="0.9"' in line)
+            assert f'trace_id="{high.trace_id}"' in bucket and f'span_id="{high.retriever_span_id}"' in bucket
+            assert "# {" not in text  # the plain text format has no exemplars
     finally:
         await capture.stop()
 

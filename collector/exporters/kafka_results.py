@@ -49,13 +49,25 @@ class KafkaResultsExporter:
         self.dropped = 0
 
     async def start(self) -> None:
-        if self._producer is None:
+        """Connects in the background (records queue meanwhile), like the receiver."""
+        self._sender = asyncio.create_task(self._run(), name="kafka-results")
+
+    async def _connect(self) -> None:
+        backoff = 0.5
+        while self._producer is None:
             s = self.settings
-            self._producer = AIOKafkaProducer(
+            producer = AIOKafkaProducer(
                 bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-results", acks="all",
                 linger_ms=5, **s.security.client_options())
-            await self._producer.start()
-        self._sender = asyncio.create_task(self._run(), name="kafka-results")
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await producer.stop()
+                log.warning("kafka results: cannot reach %s (%s); retrying in %.1fs", s.bootstrap, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(10.0, backoff * 2)
+                continue
+            self._producer = producer
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued (within `timeout_s`), then close the producer."""
@@ -98,6 +110,7 @@ class KafkaResultsExporter:
     # -- delivery -------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        await self._connect()
         while True:
             item = await self._queue.get()
             await self._slots.acquire()

@@ -89,7 +89,7 @@ class KafkaReceiver:
         self._commit_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set whenever some message is done
         self._stopping = False
-        self._last_commit = 0.0
+        self._committer: asyncio.Task[None] | None = None
         self._last_lag = 0.0
         self.handed_over = 0  # messages handed to the pipeline (for benchmarks and tests)
         self.dead_lettered = 0
@@ -98,13 +98,36 @@ class KafkaReceiver:
 
     @property
     def ready(self) -> bool:
-        return self._task is not None and not self._task.done()
+        """Connected to the broker and reading."""
+        return self._consumer is not None and self._task is not None and not self._task.done()
 
     @property
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
 
     async def start(self) -> None:
+        """Connects in the background: a broker that is not up yet (a common start-up order in
+        Kubernetes) is retried with backoff and shows as not ready, not as a failed start."""
+        s = self.settings
+        log.info("kafka receiver for %s (format %s, group %s) at %s", s.topic, s.format, s.group, s.bootstrap)
+        self._task = asyncio.create_task(self._main(), name="kafka-receiver")
+
+    async def _main(self) -> None:
+        backoff = 0.5
+        while not self._stopping:
+            try:
+                await self._connect()
+                break
+            except KafkaError as exc:
+                log.warning("kafka receiver: cannot reach %s (%s); retrying in %.1fs",
+                            self.settings.bootstrap, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(10.0, backoff * 2)
+        if not self._stopping:
+            self._committer = asyncio.create_task(self._commit_loop(), name="kafka-commits")
+            await self._run()
+
+    async def _connect(self) -> None:
         s = self.settings
         common = dict(bootstrap_servers=s.bootstrap_servers, client_id=s.client_id, **s.security.client_options())
         consumer = AIOKafkaConsumer(
@@ -131,25 +154,24 @@ class KafkaReceiver:
             raise
         self._consumer, self._producer = consumer, producer
         self._dlq = DeadLetterWriter(producer, dlq_topic, self.metrics)
-        self._last_commit = time.monotonic()
-        self._task = asyncio.create_task(self._run(), name="kafka-receiver")
-        log.info("kafka receiver reading %s (format %s, group %s) from %s", s.topic, s.format, s.group, s.bootstrap)
+        log.info("kafka receiver connected to %s", s.bootstrap)
 
     async def stop(self) -> None:
         """Stop reading, give in-flight messages `shutdown_drain_s` to be decided, commit, leave."""
+        self._stopping = True
+        for task in (self._task, self._committer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._committer = None
         if self._consumer is None:
             return
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
         deadline = time.monotonic() + self.settings.shutdown_drain_s
         while self._undone() and time.monotonic() < deadline:
             await self._wait_progress(deadline - time.monotonic())
         if self._dlq_tasks:
             await asyncio.wait(self._dlq_tasks, timeout=max(0.1, deadline - time.monotonic()))
-        await self._commit(force=True)
+        await self._commit(barrier_timeout_s=max(1.0, deadline - time.monotonic()))
         left = self._undone()
         if left:
             log.warning("kafka receiver stopped with %d messages not yet decided; they will be read again", left)
@@ -179,8 +201,6 @@ class KafkaReceiver:
                 if time.monotonic() - self._last_lag >= LAG_INTERVAL_S:
                     self._last_lag = time.monotonic()
                     await self._update_lag()
-                if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
-                    await self._commit()
                 backoff = 0.1
             except asyncio.CancelledError:
                 raise
@@ -375,7 +395,14 @@ class KafkaReceiver:
             self.metrics.kafka_lag.labels(topic=part.tp.topic, partition=str(part.tp.partition)).set(
                 max(0, high - done_upto))
 
-    async def _commit(self, parts: list[_Partition] | None = None, *, force: bool = False) -> None:
+    async def _commit_loop(self) -> None:
+        """Periodic commits, beside the read loop: waiting on the barrier (results delivery) must
+        not hold up reading."""
+        while True:
+            await asyncio.sleep(self.settings.commit_interval_s)
+            await self._commit(barrier_timeout_s=max(5.0, 10 * self.settings.commit_interval_s))
+
+    async def _commit(self, parts: list[_Partition] | None = None, *, barrier_timeout_s: float) -> None:
         """Commit every partition whose done-offset moved. Failures are logged and retried at the
         next interval (a failed commit only means more replays after a crash)."""
         if self._consumer is None:
@@ -384,21 +411,19 @@ class KafkaReceiver:
             chosen = parts if parts is not None else list(self._partitions.values())
             offsets = {p.tp: p.offsets.pending_commit() for p in chosen}
             offsets = {tp: off for tp, off in offsets.items() if off is not None}
-            self._last_commit = time.monotonic()
             if not offsets:
                 return
             try:
                 if self.commit_barrier is not None:
-                    await self.commit_barrier()
+                    # Records of the messages below these offsets must be out before they commit.
+                    await asyncio.wait_for(self.commit_barrier(), barrier_timeout_s)
                 await self._consumer.commit(offsets)
+            except asyncio.TimeoutError:
+                log.warning("kafka commit postponed: score records not yet delivered after %.0fs", barrier_timeout_s)
+                return
             except (CommitFailedError, IllegalStateError, KafkaError) as exc:
                 log.warning("kafka commit of %d partitions failed: %s", len(offsets), exc)
                 return
-            except Exception:
-                if not force:
-                    log.exception("kafka commit barrier failed; not committing")
-                    return
-                raise
             by_tp = {p.tp: p for p in chosen}
             for tp, off in offsets.items():
                 by_tp[tp].offsets.mark_committed(off)
@@ -424,7 +449,7 @@ class KafkaReceiver:
                                                                               self.settings.shutdown_drain_s))
         while self._undone(parts) and time.monotonic() < deadline:
             await self._wait_progress(deadline - time.monotonic())
-        await self._commit(parts)
+        await self._commit(parts, barrier_timeout_s=REVOKE_DRAIN_S)
         for part in parts:
             self._partitions.pop(part.tp, None)
             try:

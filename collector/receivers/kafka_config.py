@@ -6,6 +6,7 @@ Keys are the flag names without `--` and with `_` (`kafka_bootstrap`, ...), whic
 YAML config and `CTXPREC_KAFKA_*` variables spell them; `from_mapping` reads such a mapping."""
 from __future__ import annotations
 
+import os
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -121,6 +122,10 @@ class KafkaSettings:
                     f"kafka_sasl_username/kafka_sasl_password: required with security protocol {sec.protocol}")
         if sec.keyfile and not sec.certfile:
             raise KafkaConfigError("kafka_ssl_keyfile: needs kafka_ssl_certfile")
+        for key, path in (("kafka_ssl_cafile", sec.cafile), ("kafka_ssl_certfile", sec.certfile),
+                          ("kafka_ssl_keyfile", sec.keyfile)):
+            if path and not os.path.isfile(path):
+                raise KafkaConfigError(f"{key}: file not found: {path!r}")
         return self
 
 

@@ -148,6 +148,13 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
             assert float(data["result"][0]["value"][1]) < 0.6
             data = await prom.api(session, "query", query='service_retriever:ctxprec_context_precision:mean5m{service="docs-search"}')
             assert float(data["result"][0]["value"][1]) > 0.8
+
+            # The lowest-scoring traces are reachable from the histogram: Prometheus stored the
+            # trace ids the sidecar attached as exemplars to the low buckets.
+            data = await prom.api(session, "query_exemplars", query='ctxprec_context_precision_bucket{service="support-bot",le=~"0.1|0.2|0.3|0.4|0.5|0.6"}',
+                                  start=now - range_s, end=now)
+            trace_ids = {e["labels"].get("trace_id") for series in data for e in series["exemplars"]}
+            assert trace_ids and all(t and len(t) == 32 for t in trace_ids), data
     except BaseException:
         if prom is not None:
             print(prom.log_tail())

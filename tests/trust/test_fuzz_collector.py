@@ -29,6 +29,8 @@ from collector.receivers.otlp_decode import DecodeError, decode_export_request
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Generating whole protobuf traces dominates the run time: fewer, still varied, examples.
+FUZZ_SPANS = settings(FUZZ, max_examples=150)
 
 # --- protobuf values ----------------------------------------------------------------------------
 
@@ -65,7 +67,7 @@ any_values = st.recursive(
         st.lists(children, max_size=4).map(_array),
         st.dictionaries(st.text(max_size=8), children, max_size=4).map(_kvlist),
     ),
-    max_leaves=12,
+    max_leaves=8,
 )
 
 documents_json = st.lists(
@@ -119,7 +121,7 @@ def spans(draw: st.DrawFn) -> Span:
         start_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
         end_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
     )
-    span.attributes.extend(KeyValue(key=k, value=v) for k, v in draw(st.lists(key_values, max_size=12)))
+    span.attributes.extend(KeyValue(key=k, value=v) for k, v in draw(st.lists(key_values, max_size=8)))
     for _ in range(draw(st.integers(0, 3))):
         event = span.events.add(name=draw(st.sampled_from(["db.query.result", "other"])))
         event.attributes.extend(
@@ -220,7 +222,7 @@ def test_otlp_bodies_only_raise_decode_error(body: bytes, content_type: str, enc
     assert request.ByteSize() <= max_bytes
 
 
-@FUZZ
+@FUZZ_SPANS
 @given(st.lists(spans(), min_size=1, max_size=4))
 def test_valid_protobuf_round_trips(span_list: list[Span]) -> None:
     request = request_of(span_list)
@@ -244,7 +246,7 @@ MAPPING = AttributeMapping(query="app.request$.question", contexts="app.docs$[*]
 ITEM_MAPPING = AttributeMapping(query="app.request", contexts="retrieval.documents.{i}.document.content")
 
 
-@FUZZ
+@FUZZ_SPANS
 @given(
     st.lists(spans(), min_size=1, max_size=5),
     st.permutations(ALL_CONVENTIONS),
@@ -284,7 +286,7 @@ def test_extraction_from_arbitrary_spans_is_total_and_bounded(
 # --- span mode's byte-level span cutter ----------------------------------------------------------
 
 
-@FUZZ
+@FUZZ_SPANS
 @given(st.lists(spans(), min_size=1, max_size=5), st.data())
 def test_cutting_spans_from_a_valid_request_keeps_the_rest(span_list: list[Span], data: st.DataObject) -> None:
     request = request_of(span_list)
@@ -303,7 +305,7 @@ def test_cutting_spans_from_a_valid_request_keeps_the_rest(span_list: list[Span]
     assert sorted(remaining) == sorted(expected)
 
 
-@FUZZ
+@FUZZ_SPANS
 @given(st.lists(spans(), min_size=1, max_size=4), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
                                                             min_size=1, max_size=4), st.binary(max_size=60))
 def test_cutting_spans_from_damaged_bytes_never_raises(span_list: list[Span], flips: list[tuple[int, int]],

@@ -172,6 +172,8 @@ OPTIONS: tuple[Option, ...] = (
            "require 'Authorization: Bearer TOKEN' on OTLP requests"),
     Option("receivers.tls_cert", "--receiver-tls-cert", readable_file, None, "TLS certificate (PEM) for the OTLP receivers"),
     Option("receivers.tls_key", "--receiver-tls-key", readable_file, None, "TLS private key (PEM) for the OTLP receivers"),
+    Option("receivers.tls_client_ca", "--receiver-tls-client-ca", readable_file, None,
+           "CA (PEM) that OTLP clients' certificates must be signed by (mTLS); needs --receiver-tls-cert"),
     Option("receivers.max_request_mb", "--max-request-mb", positive, 16.0, "largest OTLP request accepted, in MB"),
     # metrics
     Option("metrics.listen", "--metrics", listen, "0.0.0.0:9464", "Prometheus /metrics, /healthz, /readyz address"),
@@ -276,6 +278,7 @@ class ServeConfig:
     drift: DriftSettings
     kafka: KafkaSettings | None
     log_level: str = "info"
+    receiver_tls_client_ca: str | None = None  # set: OTLP clients must present a certificate it signed
     sources: dict[str, str] = field(default_factory=dict)  # key -> "default" | "file" | "env" | "flag"
 
 
@@ -398,6 +401,9 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
         write_back = "evaluator" if kafka is not None else "span"
     if (v("receivers.tls_cert") is None) != (v("receivers.tls_key") is None):
         raise ConfigError("config key receivers.tls_cert / receivers.tls_key: give both or neither")
+    if v("receivers.tls_client_ca") is not None and v("receivers.tls_cert") is None:
+        raise ConfigError("config key receivers.tls_client_ca: needs receivers.tls_cert and receivers.tls_key "
+                          "(client certificates are checked during the TLS handshake)")
     if (v("export.cert_file") is None) != (v("export.key_file") is None):
         raise ConfigError("config key export.cert_file / export.key_file: give both or neither")
     if v("assembly.max_wait_s") < v("assembly.quiet_period_s"):
@@ -422,7 +428,7 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
         max_wait_s=v("assembly.max_wait_s"), max_traces=v("assembly.max_traces"),
         max_buffer_bytes=int(v("assembly.max_buffer_mb") * 1024 * 1024),
         conventions=_conventions(raw, flat), drift=_drift(flat), kafka=kafka, log_level=v("log_level"),
-        sources={key: source for key, (_, source) in raw.items()})
+        receiver_tls_client_ca=v("receivers.tls_client_ca"), sources={key: source for key, (_, source) in raw.items()})
 
 
 def _kafka(raw: Mapping[str, tuple[Any, str]]) -> KafkaSettings | None:

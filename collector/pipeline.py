@@ -108,7 +108,7 @@ class Pipeline:
 
         c = self.config
         return ReceiverSecurity(bearer_token=c.receiver_auth_token, tls_cert_file=c.receiver_tls_cert,
-                                tls_key_file=c.receiver_tls_key)
+                                tls_key_file=c.receiver_tls_key, tls_client_ca_file=c.receiver_tls_client_ca)
 
     def _build_otlp_receivers(self) -> list[Any]:
         c = self.config

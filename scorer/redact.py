@@ -41,20 +41,24 @@ _DOMAIN_RE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}(?![A-Za-z0-9-])"
 )
 
-# Each pattern consumes its first character before the lookbehinds that refuse to start inside a
-# longer run: a leading character class lets the regex engine skip ahead to candidates.
-# Cards: digit groups with a single space or dash between them; a leading "+" makes a phone.
-_CARD_RE = re.compile(r"\d(?<![\w+-]\d)(?<!\d \d)(?:[ -]?\d){12,18}(?![\w-])(?![ -]?\d)")
-
-_PHONE_RE = re.compile(
-    r"[+(\d](?<![\w+.-][+(\d])(?<!\d \d)"
+# Cards and phones are found in one pass. The pattern consumes its first character before the
+# lookbehinds that refuse to start inside a longer run of digits: a leading character class lets
+# the regex engine skip ahead to candidates. The two kinds never both accept the same text (a
+# card has 13+ digits, a phone without "+" at most 11 and a "+" rules out a card), so trying the
+# card first loses no phone.
+_NUMBER_RE = re.compile(
+    r"[+(\d](?<!\d \d)"
     r"(?:"
+    # cards: digit groups with a single space or dash between them
+    r"(?P<card>(?<=\d)(?<![\w+-]\d)(?:[ -]?\d){12,18}(?![\w-])(?![ -]?\d))"
+    r"|(?P<phone>(?<![\w+.-][+(\d])(?:"
     r"(?<=\+)\d{1,3}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]\d{1,8}){1,6}"  # +44 20 7946 0958, +1 (555) 123-4567
     r"|(?<=\+)\d{8,15}"  # +14155552671
     r"|(?<=\()\d{2,4}\)[ .-]?\d{2,8}(?:[ .-]\d{2,8}){0,4}"  # (555) 123-4567
     r"|(?<=\d)\d{1,4}(?:[ .-]\d{2,8}){1,5}"  # 555-123-4567, 06 12 34 56 78
     r")"
-    r"(?![\w:/-])(?![ .-]?\d)"  # not the date of a "2026-11-29 12:00" timestamp, nor part of a path
+    r"(?![\w:/-])(?![ .-]?\d))"  # not the date of a "2026-11-29 12:00" timestamp, nor part of a path
+    r")"
 )
 _IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _DIGIT_GROUPS_RE = re.compile(r"\d+")
@@ -147,24 +151,19 @@ def redact(text: str) -> tuple[str, RedactionCounts]:
     if _HAS_DIGIT_RE.search(text) is None:
         return text, counts
 
-    def card(match: re.Match[str]) -> str:
+    def number(match: re.Match[str]) -> str:
         found = match.group()
-        digits = found.replace(" ", "").replace("-", "")
-        if 13 <= len(digits) <= 19 and luhn_valid(digits):
-            counts.card += 1
-            return CARD_PLACEHOLDER
-        return found
-
-    def phone(match: re.Match[str]) -> str:
-        found = match.group()
-        if _is_phone(found):
+        if match.group("card") is not None:
+            digits = found.replace(" ", "").replace("-", "")
+            if 13 <= len(digits) <= 19 and luhn_valid(digits):
+                counts.card += 1
+                return CARD_PLACEHOLDER
+        elif _is_phone(found):
             counts.phone += 1
             return PHONE_PLACEHOLDER
         return found
 
-    # Cards first: a spaced card number would otherwise also read as a long phone number.
-    text = _CARD_RE.sub(card, text)
-    text = _PHONE_RE.sub(phone, text)
+    text = _NUMBER_RE.sub(number, text)
     return text, counts
 
 

@@ -3,11 +3,12 @@
 The hot path is written for traffic that is 99% unsampled. Per span it reads the trace id and
 nothing else; the head decision (`keep_trace`) is made once per trace id per request. A request
 with no sampled trace is forwarded as the very bytes that came in, and its retrievals are
-counted as `not_sampled` by searching those bytes for the exact protobuf encoding of the
-OpenInference and GenAI retrieval markers (one `bytes.count` each, no attribute is decoded).
-Conventions that cannot be recognised from one byte pattern (OpenLLMetry events, the user
-mapping) fall back to decoding the unsampled spans, but only when their marker key occurs in the
-request at all.
+counted as `not_sampled` by one pass over those bytes for the markers of every enabled
+convention (markers.py): the exact protobuf encoding of the OpenInference and GenAI retrieval
+attributes is counted, no attribute is decoded. Conventions that cannot be recognised from one
+byte pattern (OpenLLMetry events, the user mapping) fall back to decoding the unsampled spans of
+a resource, but only when their marker key occurs in it at all. Every retrieval is counted from
+the first request on, whatever the service sent before.
 
 Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
 then the retrievals are extracted and handed to the `RetrievalSink`. In span mode, a sampled
@@ -22,7 +23,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
@@ -31,29 +32,21 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.assembly.conventions import (
     GENAI,
-    MAPPING,
-    OLLM_EVENT,
     OPENINFERENCE,
-    OPENLLMETRY,
-    TRACELOOP_OUTPUT,
     ConventionConfig,
     Conventions,
     Extracted,
     is_genai_retrieval,
     is_openinference_retrieval,
 )
+from collector.assembly.markers import MarkerScanner
 from collector.assembly.spans import service_name, set_attributes, span_record
 from collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
-from collector.assembly.wire import encode_varint, remove_spans, resource_ranges
+from collector.assembly.wire import remove_spans, resource_ranges
 from collector.metrics.registry import Metrics
 from collector.model import Decision, Retrieval
 
 log = logging.getLogger(__name__)
-
-# KeyValue{key="openinference.span.kind", value={string_value="RETRIEVER"}} as every OTLP
-# encoder writes it (field 1, then field 2), and the same for gen_ai.operation.name=retrieval.
-OPENINFERENCE_MARKER = b"\n\x17openinference.span.kind\x12\x0b\n\tRETRIEVER"
-GENAI_MARKER = b"\n\x15gen_ai.operation.name\x12\x0b\n\tretrieval"
 
 HOLD_EXPORTER = "span_hold"  # exported_spans{exporter="span_hold", outcome=scored|unscored|expired}
 
@@ -77,18 +70,12 @@ class IngestSettings:
     buffer: BufferSettings = field(default_factory=BufferSettings)
     hold_deadline_s: float = 60.0  # a held retrieval span goes out unscored after this
     flush_interval_s: float = 0.1
-    # How unsampled retrievals are counted (`not_sampled`): "learned" searches a service's
-    # requests only for the conventions already seen in that service's sampled spans (one byte
-    # search for an OpenInference app); "exact" searches for every enabled convention.
-    not_sampled_counting: str = "learned"
 
     def __post_init__(self) -> None:
         if self.hold_deadline_s <= 0:
             raise ValueError(f"hold_deadline_s: must be positive, got {self.hold_deadline_s}")
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: must be positive, got {self.flush_interval_s}")
-        if self.not_sampled_counting not in ("learned", "exact"):
-            raise ValueError(f"not_sampled_counting: must be 'learned' or 'exact', got {self.not_sampled_counting!r}")
 
 
 @dataclass(slots=True)
@@ -138,13 +125,8 @@ class OtlpIngest:
         self._held_by_trace: dict[bytes, list[bytes]] = {}
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
-        # Byte markers of the conventions that need a per-span look (length-prefixed keys as
-        # encoded on the wire: fewer false hits than the bare text).
-        self._slow_markers: dict[str, tuple[bytes, ...]] = {OPENLLMETRY: (_framed(OLLM_EVENT), _framed(TRACELOOP_OUTPUT))}
-        if self.settings.conventions.mapping is not None:
-            self._slow_markers[MAPPING] = (_framed(self.settings.conventions.mapping.query_key()),)
-        self._exact = self.settings.not_sampled_counting == "exact"
-        self._learned: dict[str, frozenset[str]] = {}  # service -> conventions seen in its spans
+        mapping = self.settings.conventions.mapping
+        self._markers = MarkerScanner(self.conventions.order, mapping.query_key() if mapping is not None else None)
 
     @property
     def span_mode(self) -> bool:
@@ -249,8 +231,6 @@ class OtlpIngest:
             if is_genai_retrieval(record):
                 fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
             convention = self.conventions.match(record)
-            if convention is not None:
-                self._learn(service, convention)
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
@@ -271,19 +251,13 @@ class OtlpIngest:
             self._count_not_sampled(request, data, fast_routed, routed_ids)
         return held
 
-    def _learn(self, service: str, convention: str) -> None:
-        known = self._learned.get(service, frozenset())
-        if convention not in known and len(self._learned) < 10_000:
-            self._learned[service] = known | {convention}
-
-    def _scan_set(self, service: str) -> Iterable[str]:
-        return self.conventions.order if self._exact else self._learned.get(service, ())
-
     def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes,
                            fast_routed: dict[tuple[int, str], int], routed_ids: set[tuple[bytes, bytes]]) -> None:
-        """Counts the retrievals among the spans that were not routed to the buffer, by searching
-        the request bytes: the exact encoding of the OpenInference / GenAI markers is counted,
-        other conventions fall back to a per-span look when their marker occurs at all."""
+        """Counts the retrievals among the spans that were not routed to the buffer, for every
+        enabled convention: one marker pass over the request bytes gives exact counts of the
+        OpenInference / GenAI spans (less those routed, in `fast_routed`); a resource where
+        another convention's marker occurs, or where the bytes do not read plainly, gets a
+        per-span look instead."""
         assert self._sink is not None
         resources = request.resource_spans
         ranges: list[tuple[int, int]] | None = [(0, len(data))]
@@ -291,26 +265,20 @@ class OtlpIngest:
             ranges = resource_ranges(data)
             if ranges is None or len(ranges) != len(resources):
                 ranges = None
-        for ri, rs in enumerate(resources):
-            service = service_name(rs.resource)
-            conventions = self._scan_set(service)
-            if not conventions:
-                continue
-            if ranges is not None:
-                chunk, (start, end) = data, ranges[ri]
+        if ranges is not None:
+            counts = self._markers.scan(data, ranges)
+        else:  # bytes not in the canonical layout: each resource re-encoded on its own
+            counts = [self._markers.scan(chunk, [(0, len(chunk))])[0]
+                      for chunk in (rs.SerializeToString() for rs in resources)]
+        for ri, count in enumerate(counts):
+            oi = count.openinference - fast_routed.get((ri, OPENINFERENCE), 0) if fast_routed else count.openinference
+            genai = count.genai - fast_routed.get((ri, GENAI), 0) if fast_routed else count.genai
+            if count.needs_look or oi < 0 or genai < 0:  # < 0: a routed retrieval the bytes did not show
+                total = self._scan_unsampled(resources[ri], routed_ids)
             else:
-                chunk = rs.SerializeToString()
-                start, end = 0, len(chunk)
-            oi = chunk.count(OPENINFERENCE_MARKER, start, end) - fast_routed.get((ri, OPENINFERENCE), 0) \
-                if OPENINFERENCE in conventions else 0
-            genai = chunk.count(GENAI_MARKER, start, end) - fast_routed.get((ri, GENAI), 0) \
-                if GENAI in conventions else 0
-            slow = (oi > 0 and genai > 0) or any(
-                chunk.find(marker, start, end) >= 0
-                for name in conventions for marker in self._slow_markers.get(name, ()))
-            count = self._scan_unsampled(rs, routed_ids) if slow else oi + genai
-            if count > 0:
-                self._sink.not_sampled(service, count)
+                total = oi + genai
+            if total > 0:
+                self._sink.not_sampled(service_name(resources[ri].resource), total)
 
     def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
         service = service_name(rs.resource)
@@ -444,11 +412,6 @@ class OtlpIngest:
         ss.scope.CopyFrom(held.scope)
         ss.spans.append(held.span)
         self._forwarder.forward_raw(request.SerializeToString(), 1)
-
-
-def _framed(key: str) -> bytes:
-    raw = key.encode()
-    return encode_varint(len(raw)) + raw
 
 
 def _id_bytes(value: bytes | str) -> bytes:

@@ -7,10 +7,14 @@ Per message: a `PendingAck` whose completion marks the offset done in the partit
 (`kafka_offsets.PartitionOffsets`). OTLP formats go through `OtlpIngest.ingest(..., ack=...)`,
 which holds the ack for every retrieval or buffered trace it takes on; `rag_event` messages become
 one `Retrieval` whose `on_decided` releases the ack. The ack is sealed once the message is handed
-over, so a message with nothing to score is done at once.
+over, so a message with nothing to score is done at once. A `rag_event` whose trace the head
+sampling drops is only counted (`not_sampled`) and done, before the rest of it is validated:
+at low sample rates that is almost every message, and the same rule the OTLP path follows.
 
 - Back-pressure: a partition with `max_undone_per_partition` messages not yet done is paused and
-  resumed at half that, so a slow judge bounds memory instead of growing it.
+  resumed at half that, and all are paused while `max_undone_total` are not done (kept below the
+  scoring queue, so Kafka input waits instead of being shed as `overloaded`): a slow judge costs
+  lag, not memory.
 - Rebalance: on revocation the receiver stops handing over that partition's messages, waits
   briefly for what is in flight to be decided (fewer replays for the next owner), commits, and
   drops the partition's ledger; late completions land on the dropped ledger and are ignored.
@@ -216,6 +220,8 @@ class KafkaReceiver:
 
     async def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         high = self.settings.max_undone_per_partition
+        total_cap = self.settings.max_undone_total
+        total = self._undone()
         events = self.settings.format == "rag_event"
         handed = 0
         try:
@@ -223,7 +229,8 @@ class KafkaReceiver:
                 part = self._partitions.get(tp)
                 if part is None or part.offsets.revoked:
                     return  # revoked while this batch was in hand: the new owner reads it
-                if part.offsets.undone >= high:
+                undone = part.offsets.undone
+                if undone >= high or total >= total_cap:
                     # Full: rewind to the first message not handed over and pause until it
                     # drains, so the bound holds whatever the fetch size.
                     assert self._consumer is not None
@@ -238,6 +245,7 @@ class KafkaReceiver:
                     self._hand_over_event(part, record)
                 else:
                     await self._hand_over_otlp(part, record)
+                total += part.offsets.undone - undone
         finally:
             self.handed_over += handed
             if handed:
@@ -364,15 +372,17 @@ class KafkaReceiver:
     # -- back-pressure, lag, commits ------------------------------------------------------------
 
     def _flow_control(self) -> None:
-        """Pause partitions at the bound, resume them once half of it has drained."""
+        """Pause a partition at its bound (or every partition at the total bound); resume it once
+        half of that has drained."""
         assert self._consumer is not None
         high = self.settings.max_undone_per_partition
-        low = high // 2
+        total_cap = self.settings.max_undone_total
+        total = self._undone()
         for part in self._partitions.values():
             undone = part.offsets.undone
-            if not part.paused and undone >= high:
+            if not part.paused and (undone >= high or total >= total_cap):
                 self._pause(part)
-            elif part.paused and undone <= low:
+            elif part.paused and undone <= high // 2 and total <= total_cap // 2:
                 part.paused = False
                 try:
                     self._consumer.resume(part.tp)

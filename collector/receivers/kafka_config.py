@@ -62,7 +62,10 @@ class KafkaSettings:
     results_topic: str | None = None
     dlq_topic: str | None = None  # None -> "<topic>.dlq"; "" disables dead-lettering (counted, skipped)
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
-    max_undone_per_partition: int = 1000  # back-pressure: pause a partition past this many
+    max_undone_per_partition: int = 200  # back-pressure: pause a partition past this many
+    # ... and every partition past this many in all; below the scoring queue (default 1000) so
+    # that Kafka input waits rather than being shed as `overloaded`.
+    max_undone_total: int = 500
     max_message_bytes: int = 8 * 1024 * 1024  # larger messages are dead-lettered unread
     commit_interval_s: float = 1.0
     shutdown_drain_s: float = 10.0  # how long stop() waits for in-flight messages to be decided
@@ -101,6 +104,8 @@ class KafkaSettings:
             raise KafkaConfigError("kafka_results_topic: must differ from kafka_topic")
         if self.max_undone_per_partition < 1:
             raise KafkaConfigError("kafka_max_undone_per_partition: must be at least 1")
+        if self.max_undone_total < 1:
+            raise KafkaConfigError("kafka_max_undone_total: must be at least 1")
         if self.max_message_bytes < 1024:
             raise KafkaConfigError("kafka_max_message_bytes: must be at least 1024")
         if self.commit_interval_s <= 0:
@@ -138,6 +143,7 @@ _TOP_KEYS: dict[str, tuple[str, type]] = {
     "kafka_results_topic": ("results_topic", str),
     "kafka_dlq_topic": ("dlq_topic", str),
     "kafka_max_undone_per_partition": ("max_undone_per_partition", int),
+    "kafka_max_undone_total": ("max_undone_total", int),
     "kafka_max_message_bytes": ("max_message_bytes", int),
     "kafka_commit_interval_s": ("commit_interval_s", float),
     "kafka_shutdown_drain_s": ("shutdown_drain_s", float),

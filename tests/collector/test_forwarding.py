@@ -72,7 +72,7 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
     modes: list[Mode] = []
 
     async def make(*, rate: float = 0.5, downstream: str = "http", hold_deadline_s: float = 30.0,
-                   quiet_s: float = 0.05, counting: str = "learned", **forwarder: Any) -> Mode:
+                   quiet_s: float = 0.05, **forwarder: Any) -> Mode:
         metrics = Metrics()
         sink = CollectingSink()
         url = capture.http_url if downstream == "http" else capture.grpc_url
@@ -80,8 +80,7 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
         await fw.start()
         ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=metrics, forwarder=fw,
                             settings=IngestSettings(buffer=BufferSettings(quiet_s=quiet_s), flush_interval_s=0.02,
-                                                    hold_deadline_s=hold_deadline_s,
-                                                    not_sampled_counting=counting))
+                                                    hold_deadline_s=hold_deadline_s))
         await ingest.start()
         http = OtlpHttpReceiver(ingest, metrics=metrics, settings=HttpReceiverSettings(host="127.0.0.1", port=0))
         grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics,
@@ -105,7 +104,7 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
 @pytest.mark.parametrize("downstream", ["http", "grpc"])
 async def test_unsampled_traffic_reaches_downstream_byte_for_byte(
         make_mode: Callable[..., Awaitable[Mode]], downstream: str) -> None:
-    mode = await make_mode(rate=0.0, downstream=downstream, counting="exact")
+    mode = await make_mode(rate=0.0, downstream=downstream)
     request = request_of([s for _ in range(3) for s in rag_trace(trace_id(False), extra_spans=2)])
     body = await mode.post(request)
     await mode.capture.wait_for_spans(15)
@@ -117,16 +116,8 @@ async def test_unsampled_traffic_reaches_downstream_byte_for_byte(
     assert mode.value("ctxprec_exported_spans_total", exporter="span_forwarder", outcome="ok") == 15
 
 
-async def test_not_sampled_counting_modes(make_mode: Callable[..., Awaitable[Mode]]) -> None:
-    learned = await make_mode(rate=0.5)
-    unsampled = request_of([s for _ in range(2) for s in rag_trace(trace_id(False))])
-    await learned.post(unsampled)
-    assert learned.sink.not_sampled_counts == {}  # nothing known about the service yet
-    await learned.post(request_of(rag_trace(trace_id(True))))  # a sampled OpenInference retrieval teaches it
-    await learned.post(unsampled)
-    assert learned.sink.not_sampled_counts == {"support-bot": 2}
-
-    exact = await make_mode(rate=0.5, counting="exact")
+async def test_unsampled_retrievals_counted_from_the_first_request(make_mode: Callable[..., Awaitable[Mode]]) -> None:
+    exact = await make_mode(rate=0.5)
     genai = span(trace_id(False), "search", {"gen_ai.operation.name": "retrieval",
                                              "gen_ai.retrieval.documents": "[\"d\"]"})
     events = span(trace_id(False), "chroma", {}, events=[("db.query.result", {"db.query.result.document": "x"}),

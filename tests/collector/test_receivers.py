@@ -26,11 +26,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from collector.assembly.conventions import ConventionConfig
 from collector.assembly.ingest import IngestSettings, OtlpIngest
 from collector.assembly.trace_buffer import BufferSettings
+from collector.config import ConfigError
 from collector.metrics.registry import Metrics
 from collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
 from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
 from collector.receivers.otlp_security import ReceiverSecurity
 from collector.sampling.sampler import Sampler
+from tests.collector.rag_app import running, serve_config
 from tests.helpers.rag_traces import (
     ANSWER,
     DOCUMENTS,
@@ -305,6 +307,54 @@ async def test_tls_and_mutual_tls(make_stack: Callable[..., Awaitable[Stack]], c
         with pytest.raises(aiohttp.ClientError):
             async with session.post(stack.http_url, data=b"", headers={"Content-Type": PB}, ssl=context) as response:
                 await response.read()
+
+
+async def test_mutual_tls_from_serve_config(certs: dict[str, Path], tmp_path: Path) -> None:
+    """receivers.tls_client_ca in the YAML reaches both receivers of `ctxprec serve`."""
+    config_file = tmp_path / "ctxprec.yaml"
+    config_file.write_text(f"receivers:\n  tls_cert: {certs['server_crt']}\n  tls_key: {certs['server_key']}\n"
+                           f"  tls_client_ca: {certs['ca_crt']}\n")
+    config = serve_config("--config", str(config_file))
+    assert config.receiver_tls_client_ca == str(certs["ca_crt"])
+    async with running(config) as pipeline:
+        session = requests.Session()
+        session.trust_env = False
+        await send_sdk(HttpSpanExporter(endpoint=f"https://127.0.0.1:{pipeline.otlp_http_port}/v1/traces",
+                                        certificate_file=str(certs["ca_crt"]),
+                                        client_certificate_file=str(certs["client_crt"]),
+                                        client_key_file=str(certs["client_key"]), session=session))
+        credentials = grpc.ssl_channel_credentials(certs["ca_crt"].read_bytes(), certs["client_key"].read_bytes(),
+                                                   certs["client_crt"].read_bytes())
+        await send_sdk(GrpcSpanExporter(endpoint=f"127.0.0.1:{pipeline.otlp_grpc_port}", insecure=False,
+                                        credentials=credentials))
+        received = pipeline.metrics.registry.get_sample_value
+        assert received("ctxprec_spans_received_total", {"receiver": "otlp_http"}) == 3
+        assert received("ctxprec_spans_received_total", {"receiver": "otlp_grpc"}) == 3
+        # TLS with a trusted server but no client certificate: refused in the handshake, on both.
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(certs["ca_crt"]))
+        async with aiohttp.ClientSession() as client:
+            with pytest.raises(aiohttp.ClientError):
+                async with client.post(f"https://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=b"",
+                                       headers={"Content-Type": PB}, ssl=context) as response:
+                    await response.read()
+        server_only = grpc.ssl_channel_credentials(certs["ca_crt"].read_bytes())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{pipeline.otlp_grpc_port}", server_only) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                                         request_serializer=None,
+                                         response_deserializer=ExportTraceServiceResponse.FromString)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await export(b"", timeout=5)
+        assert received("ctxprec_spans_received_total", {"receiver": "otlp_grpc"}) == 3
+
+
+def test_client_ca_needs_a_server_certificate(certs: dict[str, Path]) -> None:
+    with pytest.raises(ConfigError, match="receivers.tls_client_ca"):
+        serve_config("--receiver-tls-client-ca", str(certs["ca_crt"]))
+    config = serve_config("--receiver-tls-cert", str(certs["server_crt"]), "--receiver-tls-key",
+                          str(certs["server_key"]), "--receiver-tls-client-ca", str(certs["ca_crt"]))
+    assert config.receiver_tls_client_ca == str(certs["ca_crt"])
 
 
 def test_security_settings_are_validated(tmp_path: Path) -> None:

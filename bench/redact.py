@@ -1,8 +1,8 @@
 """Throughput of PII redaction (scorer/redact.py) on 1 MB of support-ticket-like text, against a
 baseline that makes a single regex pass over the same text (a naive e-mail-only redactor,
-`\\S+@\\S+` -> [EMAIL]). ctxprec makes up to three passes (e-mail, card with Luhn check, phone with
-digit-count checks), so the ratio says what the extra precision costs over the cheapest
-possible scan.
+`\\S+@\\S+` -> [EMAIL]). ctxprec makes two passes (e-mails read outwards from each "@", then one
+regex pass for cards and phones with Luhn and digit-count checks), so the ratio says what the
+extra precision costs over the cheapest possible scan.
 
 Two texts: `mixed` (about one e-mail, phone or card per 400 characters, plus the order ids,
 dates, amounts and IP addresses that must survive) and `prose` (the same sentences without PII;

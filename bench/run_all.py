@@ -21,6 +21,7 @@ DOC = ROOT / "docs" / "BENCHMARKS.md"
 BENCHMARKS = [
     "judge_client_cpu",
     "judge_tokens",
+    "redact",
     "score_throughput",
     "ingest",
     "forward_latency",

@@ -5,8 +5,10 @@ partition, in order). The record's `id` is the idempotency key and is also sent 
 
 `emit` never blocks (it is called by the scoring workers): records wait in a bounded queue that a
 sender task drains. A send that fails is retried with backoff — at-least-once, since the Kafka
-receiver's commits wait on `flush()` — and records are only dropped (and counted) when the queue
-is full. `flush()` returns once every record emitted before the call is on the broker.
+receiver's commits wait on `flush()` — and records are only dropped (and counted in
+`ctxprec_export_dropped_total{exporter="kafka_results"}`) when the queue is full or the broker
+refuses one for good (too large, not authorized). `flush()` returns once every record emitted
+before the call has been delivered (or given up).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from collector.metrics.registry import Metrics
 from collector.receivers.kafka_config import KafkaSettings
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 EXPORTER = "kafka_results"
 # A record waits for delivery this many at a time; aiokafka batches them per partition.
 MAX_IN_FLIGHT = 1000
+MAX_REFUSALS = 3
 
 
 class KafkaResultsExporter:
@@ -121,18 +124,28 @@ class KafkaResultsExporter:
     async def _deliver(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]]) -> None:
         seq, key, value, headers = item
         backoff = 0.2
+        refusals = 0
         try:
             while True:
                 assert self._producer is not None
                 try:
                     await self._producer.send_and_wait(self.topic, value, key=key or None, headers=headers)
+                    self.sent += 1
                     break
                 except KafkaError as exc:
-                    # Broker away or the topic not there yet: keep the record, try again.
+                    # Broker away or the topic not there yet: keep the record and try again. A
+                    # refusal that retrying cannot fix (too large, not authorized) is given up
+                    # after a few tries, counted, so that it cannot hold every commit back.
+                    if not exc.retriable and not isinstance(exc, KafkaTimeoutError):
+                        refusals += 1
+                        if refusals >= MAX_REFUSALS:
+                            self.dropped += 1
+                            self.metrics.export_dropped.labels(exporter=EXPORTER, reason=type(exc).__name__).inc()
+                            log.error("kafka results: record dropped after %d refusals: %s", refusals, exc)
+                            break
                     log.warning("kafka results send failed (%s); retrying in %.1fs", exc, backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(5.0, backoff * 2)
-            self.sent += 1
         finally:
             self._slots.release()
             self._seq.done(seq)

@@ -51,6 +51,8 @@ def load_json(value: bytes) -> Any:
         raise MessageError("bad_json", "rag_event: message is not UTF-8 text") from None
     except ValueError as exc:
         raise MessageError("bad_json", f"rag_event: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise MessageError("bad_json", "rag_event: not valid JSON (nested too deeply)") from None
 
 
 def parse_event(obj: Any) -> RagEvent:

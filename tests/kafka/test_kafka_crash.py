@@ -17,6 +17,7 @@ PARTITIONS = 2
 MAX_UNDONE = 50  # per partition
 COMMIT_INTERVAL_S = 0.5
 KILLS = 3
+WORKERS = 8
 
 
 async def test_kill_9_three_times_loses_nothing(broker: Broker, unique_topic: str, make_stub_judge,
@@ -30,7 +31,7 @@ async def test_kill_9_three_times_loses_nothing(broker: Broker, unique_topic: st
     await produce(broker.bootstrap, topic, ((e["trace_id"].encode(), json.dumps(e).encode()) for e in events))
 
     serve = ServeProcess(broker.bootstrap, topic, results, stub.url, tmp_path / "serve.log",
-                         extra=["--kafka-max-undone-per-partition", str(MAX_UNDONE),
+                         extra=["--workers", str(WORKERS), "--kafka-max-undone-per-partition", str(MAX_UNDONE),
                                 "--kafka-commit-interval-s", str(COMMIT_INTERVAL_S)])
     evaluated_before_kill: list[float] = []
     try:
@@ -73,7 +74,9 @@ async def test_kill_9_three_times_loses_nothing(broker: Broker, unique_topic: st
     relevant = {e["trace_id"]: 1 + i % 3 for i, e in enumerate(events)}
     assert all(recs[0]["relevant_count"] == relevant[t] and recs[0]["score"] == 1 for t, recs in by_trace.items())
     duplicates = len(records) - EVENTS
-    # What a kill can replay: each partition's undone messages plus what finished since the last
-    # commit (at most a commit interval's worth at a generous 500 scores/s).
-    bound = KILLS * (PARTITIONS * MAX_UNDONE + int(500 * COMMIT_INTERVAL_S * 2))
+    # What a kill can replay: the undone messages of each partition, plus what was decided since
+    # the last commit. Scoring is at most WORKERS / judge latency (20 ms minimum) per second, and
+    # a commit happens every COMMIT_INTERVAL_S (doubled: a commit in progress at the kill).
+    max_rate = WORKERS / 0.020
+    bound = KILLS * (PARTITIONS * MAX_UNDONE + int(max_rate * COMMIT_INTERVAL_S * 2))
     assert 0 <= duplicates <= bound, (duplicates, bound)

@@ -51,7 +51,8 @@ async def test_each_format_is_scored_into_the_results_topic(fmt: str, broker: Br
     group = f"g-{unique_topic}"
     flags = kafka_flags(broker.bootstrap, topic, results, stub_judge.url, fmt=fmt, group=group)
     async with running(flags) as pipeline:
-        records = [json.loads(r.value) for r in await read_all(broker.bootstrap, results, expect=TRACES)]
+        raw = await read_all(broker.bootstrap, results, expect=TRACES)
+        records = [json.loads(r.value) for r in raw]
         fingerprint = str(pipeline.engine.fingerprint)
         metrics = pipeline.metrics
         assert metrics.kafka_messages.labels(format=fmt)._value.get() == TRACES
@@ -61,6 +62,9 @@ async def test_each_format_is_scored_into_the_results_topic(fmt: str, broker: Br
     assert await committed_total(broker.bootstrap, topic, group, PARTITIONS) == TRACES
 
     assert len(records) == TRACES
+    for r, rec in zip(raw, records):  # keyed by trace id, idempotency key also in a header
+        assert r.key == rec["trace_id"].encode()
+        assert dict(r.headers)["ctxprec.record_id"] == rec["id"].encode()
     by_trace = {r["trace_id"]: r for r in records}
     assert set(by_trace) == set(expected)
     for trace, (span, score) in expected.items():

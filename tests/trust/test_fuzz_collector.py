@@ -1,9 +1,10 @@
 """Fuzzing the collector's parsers of untrusted wire data: OTLP body decoding
-(collector/receivers/otlp_decode.py), span copying and retrieval extraction
-(collector/assembly/spans.py, conventions.py) fed arbitrary protobuf spans, and the byte-level
-span cutter of span mode (collector/assembly/wire.py). Each may raise only its documented error
-type (DecodeError; nothing at all for extraction and cutting), must finish well within the
-deadline, and must return output bounded by its input and its configured limits."""
+(collector/receivers/otlp_decode.py), Kafka message values (receivers/kafka_messages.py), span
+copying and retrieval extraction (assembly/spans.py, conventions.py) fed arbitrary protobuf
+spans, and the byte-level span cutter of span mode (assembly/wire.py). Each may raise only its
+documented error type (DecodeError, MessageError; nothing at all for extraction and cutting),
+must finish well within the deadline, and must return output bounded by its input and its
+configured limits."""
 from __future__ import annotations
 
 import gzip
@@ -25,6 +26,13 @@ from collector.assembly.conventions import (
 )
 from collector.assembly.spans import span_record
 from collector.assembly.wire import remove_spans
+from collector.receivers.kafka_messages import (
+    MessageError,
+    check_size,
+    decode_otlp,
+    decode_rag_event,
+    retrieval_from_event,
+)
 from collector.receivers.otlp_decode import DecodeError, decode_export_request
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
@@ -313,3 +321,36 @@ def test_cutting_spans_from_damaged_bytes_never_raises(span_list: list[Span], fl
     raw = mutate(request_of(span_list).SerializeToString(), flips)
     out = remove_spans(raw, [span_list[0].SerializeToString(), extra])
     assert out is None or len(out) <= len(raw)
+
+
+# --- Kafka message values -------------------------------------------------------------------------
+
+kafka_values = st.one_of(
+    st.none(),
+    bodies,
+    st.builds(lambda e: dumps(e).encode(), st.fixed_dictionaries(
+        {"query": st.one_of(st.text(max_size=30), json_values),
+         "contexts": st.one_of(st.lists(st.one_of(st.text(max_size=30), json_values), max_size=4), json_values)},
+        optional={"trace_id": st.text("0123456789abcdef", max_size=33), "timestamp": json_values,
+                  "attributes": json_values, "service": json_values})),
+)
+
+
+@FUZZ
+@given(kafka_values, st.sampled_from(["otlp_proto", "otlp_json", "rag_event"]), st.integers(0, 20_000),
+       st.one_of(st.none(), st.integers(-(2**63), 2**63)))
+@example(b"[" * 100_000, "rag_event", 200_000, None)
+@example(b"\xff\xfe{}", "rag_event", 100, None)
+def test_kafka_values_only_raise_message_error(value: bytes | None, fmt: str, max_bytes: int,
+                                               message_time_ms: int | None) -> None:
+    try:
+        body = check_size(value, max_bytes)
+        if fmt == "rag_event":
+            retrieval = retrieval_from_event(decode_rag_event(body), message_time_ms=message_time_ms)
+            assert len(retrieval.trace_id) == 32 and len(retrieval.span_id) == 16
+            assert isinstance(retrieval.end_time_unix_nano, int)
+        else:
+            request = decode_otlp(body, fmt, max_bytes)
+            assert request.ByteSize() <= max_bytes
+    except MessageError as exc:
+        assert exc.reason and exc.message

@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -50,7 +50,7 @@ def exception_text(exc: BaseException) -> str:
 
 
 @pytest.fixture
-def debug_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+def debug_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     caplog.set_level(logging.DEBUG)
     # litellm's loggers do not propagate to the root logger; listen to them directly.
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):

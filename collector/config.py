@@ -93,6 +93,17 @@ def count0(raw: Any) -> int:
     return value
 
 
+def boolean(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    word = str(raw).strip().lower()
+    if word in ("true", "yes", "on", "1"):
+        return True
+    if word in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"must be true or false, got {raw!r}")
+
+
 def text(raw: Any) -> str:
     if isinstance(raw, (dict, list)):
         raise ValueError(f"must be text, got a {type(raw).__name__}")
@@ -203,6 +214,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("judge.max_contexts_per_call", "--judge-max-contexts-per-call", count, 20, "contexts judged per call"),
     Option("judge.max_context_chars", "--judge-max-context-chars", count, 4000, "characters of a context sent"),
     Option("judge.cache_size", "--judge-cache-size", count0, 10_000, "verdict cache entries (0 disables)"),
+    Option("judge.redact_pii", "--judge-redact-pii", boolean, False,
+           "replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge"),
     Option("judge.breaker_threshold", None, count, 10, ""),
     Option("judge.breaker_cooldown_s", None, non_negative, 30.0, ""),
     Option("judge.temperature", None, non_negative, 0.0, ""),
@@ -244,7 +257,7 @@ _STRUCTURED = {"sampling.rules", "conventions.order", "conventions.mapping", "dr
 class ServeConfig:
     otlp_grpc: tuple[str, int] | None
     otlp_http: tuple[str, int] | None
-    receiver_auth_token: str | None
+    receiver_auth_token: str | None = field(repr=False)  # a secret: kept out of repr and logs
     receiver_tls_cert: str | None
     receiver_tls_key: str | None
     max_request_bytes: int
@@ -293,7 +306,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _metavar(option: Option) -> str:
-    named = {listen: "HOST:PORT", rate: "R", forward_url: "URL", readable_file: "FILE", count: "N", count0: "N"}
+    named = {listen: "HOST:PORT", rate: "R", forward_url: "URL", readable_file: "FILE", count: "N", count0: "N",
+             boolean: "true|false"}
     return named.get(option.convert, option.flag.lstrip("-").split("-")[-1].upper() if option.flag else "VALUE")
 
 
@@ -390,7 +404,7 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
             tokens_per_minute=v("judge.tokens_per_minute"), timeout_s=v("judge.timeout_s"),
             max_retries=v("judge.max_retries"), breaker_threshold=v("judge.breaker_threshold"),
             breaker_cooldown_s=v("judge.breaker_cooldown_s"), temperature=v("judge.temperature"),
-            transport=v("judge.transport"))
+            transport=v("judge.transport"), redact_pii=v("judge.redact_pii"))
     except ValueError as exc:
         raise ConfigError(f"config key judge.{exc}") from None
 

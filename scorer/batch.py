@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME)")
     parser.add_argument("--scale", type=_scale, default=1.0, help="multiply scores by this (default 1)")
     parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
+    parser.add_argument("--redact-pii", action="store_true",
+                        help="replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         scale=args.scale,
         concurrency=args.concurrency,
         model_given=bool(args.judge_model),
+        redact_pii=args.redact_pii,
     )
     try:
         return asyncio.run(run_batch(options, stderr=sys.stderr))
@@ -105,6 +108,7 @@ class BatchOptions:
     scale: float = 1.0
     concurrency: int = DEFAULT_CONCURRENCY
     model_given: bool = True
+    redact_pii: bool = False
     window: int | None = None  # events held at once; default 4 x concurrency
     progress: bool | None = None  # None: only when stderr is a terminal
 
@@ -466,7 +470,8 @@ def _build_engine(options: BatchOptions, observer: "RequestObserver") -> "Contex
     from scorer.engine import build_engine
 
     try:
-        config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency)
+        config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency,
+                             redact_pii=options.redact_pii)
         return build_engine(config, scale=options.scale, observer=observer)
     except ValueError as exc:
         raise UsageError(f"judge configuration: {exc}") from None

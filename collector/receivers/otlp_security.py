@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import hmac
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
 class ReceiverSecurity:
-    bearer_token: str | None = None  # clients must send `authorization: Bearer <token>`
+    bearer_token: str | None = field(default=None, repr=False)  # clients send `authorization: Bearer <token>`
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None  # set: clients must present a certificate it signed (mTLS)

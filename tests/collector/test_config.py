@@ -89,6 +89,7 @@ kafka:
     ("conventions:\n  order: [openinference, zipkin]\n", (), {}, "config key conventions.order: unknown convention 'zipkin'"),
     ("assembly:\n  quiet_period_s: 5\n  max_wait_s: 1\n", (), {}, "config key assembly.max_wait_s: must be >="),
     ("judge:\n  reason_mode: poem\n", (), {}, "config key judge.reason_mode: must be one of template, llm"),
+    ("", ("--judge-redact-pii", "maybe"), {}, "config key judge.redact_pii (from --judge-redact-pii): must be true or false"),
     ("sampling: [1, 2\n", (), {}, "not valid YAML at line"),
     ("- just\n- a list\n", (), {}, "the top level must be a mapping"),
 ])
@@ -122,3 +123,14 @@ async def test_no_judge_configured_warns_how_to_set_one(caplog: pytest.LogCaptur
         assert pipeline.engine.annotator_kind == "CODE"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("local judge" in w and "--judge-model" in w and "CTXPREC_JUDGE_MODEL" in w for w in warnings)
+
+
+def test_redaction_switch_reaches_the_judge_and_secrets_stay_out_of_repr(tmp_path: Path) -> None:
+    assert config_module.load(parse(), environ={}).judge.redact_pii is False
+    c = config_module.load(parse("--config", write(tmp_path, "judge:\n  redact_pii: true\n")), environ={})
+    assert c.judge.redact_pii is True
+    c = config_module.load(parse("--judge-redact-pii", "off", "--receiver-auth-token", "tok-SECRET-42",
+                                 "--judge-api-key", "sk-SECRET-43"), environ={"CTXPREC_JUDGE_REDACT_PII": "yes"})
+    assert c.judge.redact_pii is False  # the flag wins over the env
+    assert c.receiver_auth_token == "tok-SECRET-42"
+    assert "tok-SECRET-42" not in repr(c) and "sk-SECRET-43" not in repr(c)

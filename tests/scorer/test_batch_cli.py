@@ -345,3 +345,25 @@ def test_env_defaults_convert_and_name_the_variable() -> None:
         apply_env_defaults(parser, {"CTXPREC_MODE": "x"})
     with pytest.raises(EnvError, match="CTXPREC_DRY_RUN='maybe': --dry-run is a switch"):
         apply_env_defaults(parser, {"CTXPREC_DRY_RUN": "maybe"})
+
+
+async def test_redact_pii_keeps_personal_data_away_from_the_judge(stub_judge: StubJudge, tmp_path: Path) -> None:
+    email, card = "jane.doe@example.com", "4111 1111 1111 1111"
+    line = {"query": f"Why was my card {card} declined? Mail me at {email}",
+            "contexts": [f"[relevant] Declines for {email} are explained in billing.", "[irrelevant] Shipping times."],
+            "output": "Your bank declined it."}
+    source = write_lines(tmp_path / "events.jsonl", [json.dumps(line)] * 2)
+
+    done = await ctxprec("score", str(source), "--concurrency", "1", *judge_args(stub_judge))
+    plain = [json.dumps(r.body) for r in stub_judge.recent if r.body]
+    assert done.rc == 0 and any(email in body for body in plain)  # without the flag the text goes as is
+
+    stub_judge.recent.clear()
+    done = await ctxprec("score", str(source), "--redact-pii", "--concurrency", "1", *judge_args(stub_judge))
+    assert done.rc == 0, done.stderr
+    sent = [json.dumps(r.body) for r in stub_judge.recent if r.body]
+    assert sent, "the judge was not called"
+    assert not any(email in body or card in body or "4111" in body for body in sent)
+    assert all("[EMAIL]" in body and "[CARD]" in body for body in sent)
+    # Redaction does not change what is relevant: same verdicts, same score.
+    assert [r["score"] for r in read_records(done.stdout)] == [1.0, 1.0]

@@ -134,6 +134,7 @@ class Pipeline:
         settings = self.config.kafka
         if settings is None:
             return
+        settings = settings.with_queue_size(self.config.queue_size)
         from collector.receivers.kafka import KafkaReceiver
 
         barrier = None
@@ -144,8 +145,9 @@ class Pipeline:
             self.add_sink(self.kafka_results)
             barrier = self.kafka_results.flush
         ingest = None if settings.format == "rag_event" else self.ingest
+        # rag_event: the receiver makes the head sampling decision itself, with the gate's sampler.
         self.kafka_receiver = KafkaReceiver(settings, sink=self.gate, metrics=self.metrics, ingest=ingest,
-                                            commit_barrier=barrier)
+                                            commit_barrier=barrier, sampler=self.sampler)
 
     def _add_ready_checks(self, server: MetricsServer) -> None:
         for receiver in self.receivers:

@@ -3,13 +3,20 @@ message to the pipeline and commits, per partition, only up to the lowest messag
 have not all reached a decision (at-least-once; score records carry an idempotency key, so a
 replay after a crash is harmless downstream).
 
-Per message: a `PendingAck` whose completion marks the offset done in the partition's ledger
-(`kafka_offsets.PartitionOffsets`). OTLP formats go through `OtlpIngest.ingest(..., ack=...)`,
-which holds the ack for every retrieval or buffered trace it takes on; `rag_event` messages become
-one `Retrieval` whose `on_decided` releases the ack. The ack is sealed once the message is handed
-over, so a message with nothing to score is done at once. A `rag_event` whose trace the head
-sampling drops is only counted (`not_sampled`) and done, before the rest of it is validated:
-at low sample rates that is almost every message, and the same rule the OTLP path follows.
+Per message handed to the pipeline: a `PendingAck` whose completion marks the offset done in the
+partition's ledger (`kafka_offsets.PartitionOffsets`). OTLP formats go through
+`OtlpIngest.ingest(..., ack=...)`, which holds the ack for every retrieval or buffered trace it
+takes on; `rag_event` messages become one `Retrieval` whose `on_decided` releases the ack. The ack
+is sealed once the message is handed over, so a message with nothing to score is done at once.
+
+rag_event head sampling happens here, with the gate's sampler (the pipeline passes it): at 1%
+almost every message is only counted `not_sampled`, so it must cost far less than parsing it.
+`kafka_event_peek` reads `trace_id` and `service` from the raw bytes; a run of messages it drops
+becomes one ledger step and one `not_sampled(service, n)` per service per fetched batch, with no
+per-message objects. Everything else (kept traces, anything the peek is unsure of) is parsed,
+validated and decided by the gate as before. Trade-off, see `kafka_event_peek`: a dropped message
+is checked only for looking like a JSON object (so garbage, protobuf and truncated messages are
+still dead-lettered); invalid JSON or a bad event inside the braces is counted `not_sampled`.
 
 - Back-pressure: a partition with `max_undone_per_partition` messages not yet done is paused and
   resumed at half that, and all are paused while `max_undone_total` are not done (kept below the
@@ -40,6 +47,7 @@ from collector.metrics.registry import Metrics
 from collector.model import PendingAck
 from collector.receivers.kafka_config import KafkaSettings
 from collector.receivers.kafka_dlq import DeadLetterWriter
+from collector.receivers.kafka_event_peek import EventPeek
 from collector.receivers.kafka_messages import (
     MessageError, check_size, decode_otlp, load_json, parse_event, retrieval_from_event)
 from collector.receivers.kafka_offsets import PartitionOffsets
@@ -49,9 +57,10 @@ log = logging.getLogger(__name__)
 
 RECEIVER = "kafka"
 FETCH_TIMEOUT_MS = 100
-MAX_RECORDS_PER_FETCH = 2000
+MAX_RECORDS_PER_FETCH = 100_000
 REVOKE_DRAIN_S = 5.0
 LAG_INTERVAL_S = 0.5
+STANDALONE_QUEUE_SIZE = 1000  # `--queue-size`'s default
 
 
 class Ingest(Protocol):
@@ -76,13 +85,17 @@ class KafkaReceiver:
                  sampler: Sampler | None = None) -> None:
         if settings.format != "rag_event" and ingest is None:
             raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
+        if settings.max_undone_total is None:  # used on its own: the pipeline derives it from --queue-size
+            settings = settings.with_queue_size(STANDALONE_QUEUE_SIZE)
         self.settings = settings
+        self._total_cap: int = settings.max_undone_total or 1
         self.sink = sink
         self.ingest = ingest
         self.metrics = metrics
         self.commit_barrier = commit_barrier
-        # rag_event head sampling; the pipeline's gate carries its sampler.
-        self._sampler: Sampler | None = sampler if sampler is not None else getattr(sink, "sampler", None)
+        # rag_event head sampling, the same sampler as the gate's (the pipeline passes it).
+        self._sampler = sampler
+        self._peek = EventPeek(sampler) if sampler is not None else None
         self._not_sampled: dict[str, int] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -219,38 +232,84 @@ class KafkaReceiver:
                 backoff = min(5.0, backoff * 2)
 
     async def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
-        high = self.settings.max_undone_per_partition
-        total_cap = self.settings.max_undone_total
-        total = self._undone()
-        events = self.settings.format == "rag_event"
         handed = 0
         try:
-            for record in records:
-                part = self._partitions.get(tp)
-                if part is None or part.offsets.revoked:
-                    return  # revoked while this batch was in hand: the new owner reads it
-                undone = part.offsets.undone
-                if undone >= high or total >= total_cap:
-                    # Full: rewind to the first message not handed over and pause until it
-                    # drains, so the bound holds whatever the fetch size.
-                    assert self._consumer is not None
-                    try:
-                        self._consumer.seek(tp, record.offset)
-                    except IllegalStateError:
-                        return
-                    self._pause(part)
-                    return
-                handed += 1
-                if events:
-                    self._hand_over_event(part, record)
-                else:
-                    await self._hand_over_otlp(part, record)
-                total += part.offsets.undone - undone
+            if self.settings.format == "rag_event":
+                handed = self._hand_over_events(tp, records)
+            else:
+                handed = await self._hand_over_otlp_batch(tp, records)
         finally:
             self.handed_over += handed
             if handed:
                 self.metrics.kafka_messages.labels(format=self.settings.format).inc(handed)
             self._flush_not_sampled()
+
+    def _full(self, part: _Partition, total: int) -> bool:
+        return part.offsets.undone >= self.settings.max_undone_per_partition or total >= self._total_cap
+
+    def _stop_at(self, part: _Partition, record: ConsumerRecord) -> None:
+        """Full: rewind to the first message not handed over and pause until it drains, so the
+        bound holds whatever the fetch size."""
+        assert self._consumer is not None
+        try:
+            self._consumer.seek(part.tp, record.offset)
+        except IllegalStateError:
+            return
+        self._pause(part)
+
+    def _hand_over_events(self, tp: TopicPartition, records: list[ConsumerRecord]) -> int:
+        """rag_event messages. Nothing here awaits, so a revocation cannot land mid-batch. Runs of
+        messages that head sampling drops are decided from their bytes (`kafka_event_peek`): counted
+        per service once per batch and passed to the ledger in one step, with no per-message
+        objects. Back-pressure only needs checking before the others (only they can stay undone)."""
+        part = self._partitions.get(tp)
+        if part is None or part.offsets.revoked:
+            return 0  # revoked while this batch was in hand: the new owner reads it
+        offsets = part.offsets
+        peek = self._peek.unsampled_service if self._peek is not None else None
+        counts = self._not_sampled
+        total = self._undone()
+        run_last = -1  # last offset of the current run of unsampled messages
+        handed = 0
+        for record in records:
+            if peek is not None:
+                service = peek(record.value)
+                if service is not None:
+                    counts[service] = counts.get(service, 0) + 1
+                    run_last = record.offset
+                    handed += 1
+                    continue
+            if run_last >= 0:
+                offsets.track_done(run_last)
+                run_last = -1
+            if self._full(part, total):
+                self._stop_at(part, record)
+                return handed
+            undone = offsets.undone
+            self._hand_over_event(part, record)
+            handed += 1
+            total += offsets.undone - undone
+        if run_last >= 0:
+            offsets.track_done(run_last)
+        if handed:
+            self._progress.set()
+        return handed
+
+    async def _hand_over_otlp_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> int:
+        total = self._undone()
+        handed = 0
+        for record in records:
+            part = self._partitions.get(tp)
+            if part is None or part.offsets.revoked:
+                return handed  # revoked while this batch was in hand: the new owner reads it
+            if self._full(part, total):
+                self._stop_at(part, record)
+                return handed
+            undone = part.offsets.undone
+            handed += 1
+            await self._hand_over_otlp(part, record)
+            total += part.offsets.undone - undone
+        return handed
 
     def _pause(self, part: _Partition) -> None:
         assert self._consumer is not None
@@ -376,7 +435,7 @@ class KafkaReceiver:
         half of that has drained."""
         assert self._consumer is not None
         high = self.settings.max_undone_per_partition
-        total_cap = self.settings.max_undone_total
+        total_cap = self._total_cap
         total = self._undone()
         for part in self._partitions.values():
             undone = part.offsets.undone

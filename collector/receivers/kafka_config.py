@@ -6,6 +6,7 @@ Keys are the flag names without `--` and with `_` (`kafka_bootstrap`, ...), whic
 YAML config and `CTXPREC_KAFKA_*` variables spell them; `from_mapping` reads such a mapping."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 from dataclasses import dataclass, field
@@ -63,9 +64,9 @@ class KafkaSettings:
     dlq_topic: str | None = None  # None -> "<topic>.dlq"; "" disables dead-lettering (counted, skipped)
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     max_undone_per_partition: int = 200  # back-pressure: pause a partition past this many
-    # ... and every partition past this many in all; below the scoring queue (default 1000) so
-    # that Kafka input waits rather than being shed as `overloaded`.
-    max_undone_total: int = 500
+    # ... and every partition past this many in all. None: half the scoring queue
+    # (`total_for_queue`), so that Kafka input waits rather than being shed as `overloaded`.
+    max_undone_total: int | None = None
     max_message_bytes: int = 8 * 1024 * 1024  # larger messages are dead-lettered unread
     commit_interval_s: float = 1.0
     shutdown_drain_s: float = 10.0  # how long stop() waits for in-flight messages to be decided
@@ -80,6 +81,14 @@ class KafkaSettings:
         if self.dlq_topic is None:
             return f"{self.topic}.dlq"
         return self.dlq_topic or None
+
+    def with_queue_size(self, queue_size: int) -> "KafkaSettings":
+        """These settings with `max_undone_total` derived from the scoring queue when not given:
+        half of it, since undone messages sit in that queue (a rag_event is one retrieval) and
+        OTLP receivers may share it."""
+        if self.max_undone_total is not None:
+            return self
+        return dataclasses.replace(self, max_undone_total=max(1, queue_size // 2))
 
     @property
     def bootstrap_servers(self) -> list[str]:
@@ -104,7 +113,7 @@ class KafkaSettings:
             raise KafkaConfigError("kafka_results_topic: must differ from kafka_topic")
         if self.max_undone_per_partition < 1:
             raise KafkaConfigError("kafka_max_undone_per_partition: must be at least 1")
-        if self.max_undone_total < 1:
+        if self.max_undone_total is not None and self.max_undone_total < 1:
             raise KafkaConfigError("kafka_max_undone_total: must be at least 1")
         if self.max_message_bytes < 1024:
             raise KafkaConfigError("kafka_max_message_bytes: must be at least 1024")

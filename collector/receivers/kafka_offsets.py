@@ -39,6 +39,22 @@ class PartitionOffsets:
         self._pending.append(offset)
         self._members.add(offset)
 
+    def track_done(self, last: int) -> None:
+        """Hand-over of a run of offsets, up to and including `last`, that were all decided at
+        once (unsampled messages): one step for the whole run. Behind an offset still in flight
+        the run is remembered as one done entry (its last offset), so the commit point moves past
+        it only when the front catches up."""
+        if self._pending:
+            if last <= self._pending[-1]:
+                raise ValueError(f"offset {last} tracked after {self._pending[-1]}: offsets must increase")
+            self._pending.append(last)
+            self._members.add(last)
+            self._done.add(last)
+            return
+        if self._committable is not None and last < self._committable:
+            raise ValueError(f"offset {last} tracked below the committable offset {self._committable}")
+        self._committable = last + 1
+
     def done(self, offset: int) -> None:
         """`offset` reached its decision. Unknown or repeated offsets are ignored, so a late or
         duplicate completion can never move the commit point past unfinished work."""
@@ -63,7 +79,8 @@ class PartitionOffsets:
 
     @property
     def in_flight(self) -> int:
-        """Messages held back from the commit point: the undone ones and the done ones behind them."""
+        """Entries held back from the commit point: the undone messages and the done ones behind
+        them (a run passed to `track_done` counts as one)."""
         return len(self._pending)
 
     @property

@@ -1,0 +1,27 @@
+"""Reading the sidecar's own /metrics over HTTP, the way Prometheus does."""
+from __future__ import annotations
+
+import aiohttp
+
+from tests.collector.rag_app import scrape
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape_metrics(metrics_url: str) -> Samples:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{metrics_url}/metrics") as response:
+            assert response.status == 200, response.status
+            return scrape(await response.text())
+
+
+async def healthy(metrics_url: str) -> bool:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{metrics_url}/healthz") as response:
+            return response.status == 200
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of `name`'s samples whose labels include `labels`."""
+    return sum(v for (n, got), v in samples.items()
+               if n == name and all(dict(got).get(k) == want for k, want in labels.items()))

@@ -1,0 +1,120 @@
+"""The rag_event byte peek (head sampling without parsing) against the full parse and the
+sampler: it may only ever answer with the service of an event that the head decision drops, and
+must send everything it cannot be sure of the full way (None)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from collector.receivers.kafka_event_peek import EventPeek
+from collector.receivers.kafka_offsets import PartitionOffsets
+from collector.sampling.sampler import Sampler, SamplingRule
+from scorer.events import parse_rag_event
+
+RATE = 0.01
+KEPT_LOW = "0000000000000001"  # low 64 bits far below 1% of 2**64: kept
+DROPPED_LOW = "ffffffffffffff00"  # far above: dropped
+
+
+def _event(trace: str, service: str | None = "kb-bot", **extra: object) -> dict[str, object]:
+    event: dict[str, object] = {"trace_id": trace, "span_id": trace[:16]}
+    if service is not None:
+        event["service"] = service
+    event.update(query="q", contexts=["[relevant] a"], attributes={"retriever": "kb-v2"})
+    event.update(extra)
+    return event
+
+
+def _raw(event: object, **dumps: object) -> bytes:
+    return json.dumps(event, **dumps).encode()  # type: ignore[arg-type]
+
+
+def test_agrees_with_the_full_parse_and_the_sampler_on_random_events() -> None:
+    sampler = Sampler(RATE)
+    peek = EventPeek(sampler)
+    rnd = random.Random(7)
+    dropped = 0
+    for i in range(3000):
+        trace = f"{rnd.getrandbits(128):032x}"
+        service = rnd.choice(["kb-bot", "support", "", "ünï"])
+        layout = rnd.choice([{}, {"separators": (",", ":")}, {"indent": 1}, {"sort_keys": True}])
+        value = _raw(_event(trace, service), **layout)
+        parsed = parse_rag_event(json.loads(value))
+        keep = sampler.keep_trace(bytes.fromhex(parsed.trace_id), parsed.service)
+        answer = peek.unsampled_service(value)
+        if keep:
+            assert answer is None, value
+        elif service.isascii():
+            # Every layout is decided from the bytes: sorted keys put `attributes` ({...}) first,
+            # but the braces before the fields balance.
+            assert answer == parsed.service, value
+            dropped += 1
+        else:
+            assert answer is None  # json.dumps escapes it (\u00fc): the parser must read it
+    assert dropped > 0.6 * 3000 * (1 - RATE)
+
+
+@pytest.mark.parametrize("value, why", [
+    (b'{"trace_id": "' + b"a" * 16 + KEPT_LOW.encode() + b'", "service": "kb-bot"}', "kept trace"),
+    (b'not json at all', "not an object"),
+    (b'\x0a\x02\x08\x01', "protobuf"),
+    (b'{"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'", "service": "kb-b', "truncated"),
+    (b'  {"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'"}', "leading space: let the parser judge"),
+    (b'{"trace_id": "not-hex-' + b"x" * 10 + b'", "service": "kb-bot"}', "trace id not 32 hex"),
+    (b'{"trace_id": "' + b"a" * 14 + DROPPED_LOW.encode() + b'", "service": "kb-bot"}', "trace id too short"),
+    (b'{"attributes": {"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'"}, "query": "q"}', "nested trace id"),
+    (b'{"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'", "service": "kb\\"bot"}', "escaped service"),
+    (b'{"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'", "service": null}', "null service"),
+    (b'{"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'", "m": {"service": "x"}}', "nested service only"),
+    (b'{"trace_id": "' + b"a" * 16 + DROPPED_LOW.encode() + b'", "serv\\u0069ce": "x"}', "escaped key"),
+    (b"", "empty"),
+    (None, "tombstone"),
+])
+def test_anything_uncertain_takes_the_full_path(value: bytes | None, why: str) -> None:
+    assert EventPeek(Sampler(RATE)).unsampled_service(value) is None, why
+
+
+def test_missing_service_is_the_empty_service_like_the_full_parse() -> None:
+    value = _raw(_event("b" * 16 + DROPPED_LOW, service=None))
+    assert parse_rag_event(json.loads(value)).service == ""
+    assert EventPeek(Sampler(RATE)).unsampled_service(value) == ""
+
+
+def test_malformed_inside_the_braces_is_counted_when_dropped() -> None:
+    """The documented trade-off: invalid JSON that still starts with { and ends with } is not
+    examined when its trace is dropped."""
+    value = b'{"trace_id": "' + b"c" * 16 + DROPPED_LOW.encode() + b'", "service": "kb-bot", "query": ]}'
+    with pytest.raises(ValueError):
+        json.loads(value)
+    assert EventPeek(Sampler(RATE)).unsampled_service(value) == "kb-bot"
+
+
+def test_service_rules_decide_per_service_and_rate_zero_goes_to_the_gate() -> None:
+    sampler = Sampler(RATE, [SamplingRule(rate=1.0, service="vip-*"), SamplingRule(rate=0.0, service="off")])
+    peek = EventPeek(sampler)
+    trace = "d" * 16 + DROPPED_LOW
+    assert peek.unsampled_service(_raw(_event(trace, "kb-bot"))) == "kb-bot"
+    assert peek.unsampled_service(_raw(_event(trace, "vip-1"))) is None  # rate 1: always kept
+    assert peek.unsampled_service(_raw(_event(trace, "off"))) is None  # `filtered` is the gate's to name
+
+
+def test_a_run_of_done_offsets_is_one_step_and_waits_behind_an_undone_one() -> None:
+    p = PartitionOffsets()
+    p.track_done(9)  # offsets 0..9 dropped at once
+    assert p.committable == 10 and p.undone == 0
+    p.track(10)  # sampled, in flight
+    p.track_done(20)  # 11..20 dropped behind it
+    p.track(21)
+    p.track_done(30)
+    assert p.committable == 10 and p.undone == 2 and p.low_watermark == 10
+    p.done(21)
+    assert p.committable == 10  # 10 still in flight
+    p.done(10)
+    assert p.committable == 31 and p.undone == 0
+    with pytest.raises(ValueError, match="below the committable"):
+        p.track_done(25)
+    p.track(31)
+    with pytest.raises(ValueError, match="must increase"):
+        p.track_done(31)

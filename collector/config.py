@@ -200,6 +200,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("export.ca_file", "--forward-ca-file", readable_file, None, "CA bundle to trust for https:// or grpcs://"),
     Option("export.cert_file", "--forward-cert-file", readable_file, None, "client certificate for mTLS to --forward-to"),
     Option("export.key_file", "--forward-key-file", readable_file, None, "client key for mTLS to --forward-to"),
+    Option("export.max_queue_mb", "--forward-max-queue-mb", positive, 64.0,
+           "span mode: spans queued for --forward-to at most, MB; beyond it new spans are dropped and counted"),
     # judge
     Option("judge.model", "--judge-model", optional_text, None, "litellm model string, or 'local' (the default)"),
     Option("judge.api_base", "--judge-api-base", optional_text, None, "OpenAI-compatible base URL of the judge"),
@@ -292,6 +294,7 @@ class ServeConfig:
     kafka: KafkaSettings | None
     log_level: str = "info"
     receiver_tls_client_ca: str | None = None  # set: OTLP clients must present a certificate it signed
+    forward_max_queue_bytes: int = 64 * 1024 * 1024  # span mode: the forwarder's queue bound
     sources: dict[str, str] = field(default_factory=dict)  # key -> "default" | "file" | "env" | "flag"
 
 
@@ -442,7 +445,8 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
         max_wait_s=v("assembly.max_wait_s"), max_traces=v("assembly.max_traces"),
         max_buffer_bytes=int(v("assembly.max_buffer_mb") * 1024 * 1024),
         conventions=_conventions(raw, flat), drift=_drift(flat), kafka=kafka, log_level=v("log_level"),
-        receiver_tls_client_ca=v("receivers.tls_client_ca"), sources={key: source for key, (_, source) in raw.items()})
+        receiver_tls_client_ca=v("receivers.tls_client_ca"),
+        forward_max_queue_bytes=max(1, int(v("export.max_queue_mb") * 1024 * 1024)), sources={key: source for key, (_, source) in raw.items()})
 
 
 def _kafka(raw: Mapping[str, tuple[Any, str]]) -> KafkaSettings | None:

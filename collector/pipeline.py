@@ -4,9 +4,12 @@
     -> scoring (ScoringWorkers) -> result sinks (metrics + drift, evaluator spans, Kafka results)
                                  -> span write-back (held spans released through the forwarder)
 
-`Pipeline` owns start and stop order. Stopping is graceful: inputs close first, buffered traces
-are handed to scoring, scoring drains until the shutdown deadline, and only then do the exporters
-flush and close, so every retrieval taken in gets its decision.
+`Pipeline` owns start and stop order. Stopping is graceful: inputs close first (Kafka only stops
+fetching), buffered traces are handed to scoring, scoring drains until the shutdown deadline,
+Kafka commits everything scored (then leaves its group), what is still running is cancelled and
+decided failed/shutdown, and only then do the exporters flush and close, so every retrieval taken
+in gets its decision. Start-up does the judge client's one-time work (`engine.warm_up`), so that
+the first scores do not pay for it.
 """
 from __future__ import annotations
 
@@ -82,7 +85,8 @@ class Pipeline:
 
             self.forwarder = SpanForwarder(
                 ForwarderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
-                                  key_file=c.forward_key_file), metrics=self.metrics)
+                                  key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
+                metrics=self.metrics)
         else:
             from collector.exporters.evaluator import EvaluatorExporter
 
@@ -181,6 +185,7 @@ class Pipeline:
     async def start(self) -> None:
         """Exporters and scoring first, inputs last: nothing is accepted before it can be handled."""
         try:
+            await self.engine.warm_up()
             await self.workers.start()
             if self.forwarder is not None:
                 await self.forwarder.start()
@@ -201,18 +206,31 @@ class Pipeline:
     async def stop(self) -> None:
         timeout = self.config.shutdown_timeout_s
         deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         for receiver in self.receivers:
             await _quietly(receiver.stop(), f"stopping {type(receiver).__name__}")
-        if self.kafka_receiver is not None:
-            await _quietly(self.kafka_receiver.stop(), "stopping the Kafka receiver")
+        kafka = self.kafka_receiver
+        if kafka is not None:  # stop fetching; it keeps its group (and commits) until scoring drained
+            await _quietly(kafka.stop_reading(), "stopping the Kafka read loop")
         # Buffered traces go to scoring now. The workers get the deadline: what they cannot finish
         # is decided failed/shutdown, which releases its held span with `error.type` attached.
         # Assembly waits a little longer for those releases, then sends whatever is left unscored.
-        ingest_stop = asyncio.create_task(
-            _quietly(self.ingest.stop(max(0.0, deadline - time.monotonic()) + 1.0), "stopping trace assembly"))
+        ingest_stop = asyncio.create_task(_quietly(self.ingest.stop(left() + 1.0), "stopping trace assembly"))
         while len(self.ingest.buffer) and not ingest_stop.done():
             await asyncio.sleep(0.005)
-        await _quietly(self.workers.aclose(max(0.0, deadline - time.monotonic())), "stopping the scoring workers")
+        await _quietly(self.workers.drain(left()), "draining the scoring workers")
+        if kafka is not None:
+            await _quietly(kafka.wait_dead_letters(left()), "writing dead letters")
+            # No await between these two: every score finished so far is committed below, and
+            # nothing can turn into a score after the freeze (what is cut is read again).
+            kafka.freeze()
+        self.workers.cancel()
+        if kafka is not None:
+            await _quietly(kafka.stop(), "stopping the Kafka receiver")
+        await _quietly(self.workers.aclose(0.0), "stopping the scoring workers")
         await ingest_stop
         self.gate.closed = True
         if self.kafka_results is not None:

@@ -130,6 +130,13 @@ class ContextPrecisionEngine:
             truncated_contexts=outcome.truncated_contexts,
         )
 
+    async def warm_up(self) -> None:
+        """One-time work done at start-up instead of inside the first scores (a long-running
+        service calls this once; a one-shot caller can skip it)."""
+        warm = getattr(self.judge, "warm_up", None)
+        if warm is not None:
+            await warm()
+
     async def aclose(self) -> None:
         await self.judge.aclose()
 

@@ -44,10 +44,11 @@ class KafkaResultsExporter:
         self._own_producer = producer is None
         self._queue: asyncio.Queue[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = asyncio.Queue(queue_size)
         self._seq = SequenceTracker()
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()  # set whenever a record is delivered or given up
         self._sender: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._stopped = False
         self.sent = 0
         self.dropped = 0
 
@@ -82,6 +83,7 @@ class KafkaResultsExporter:
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
             self._sender = None
+        self._stopped = True  # sends the producer fails while closing are not retried
         for task in list(self._deliveries):
             task.cancel()
         await asyncio.gather(*self._deliveries, return_exceptions=True)
@@ -107,47 +109,83 @@ class KafkaResultsExporter:
     async def flush(self) -> None:
         """Wait until every record emitted so far has been delivered."""
         mark = self._seq.issued
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._seq.all_done_below(mark))
+        while True:
+            # Clear before checking: a delivery after the check sets the event again.
+            self._changed.clear()
+            if self._seq.all_done_below(mark):
+                return
+            await self._changed.wait()
 
     # -- delivery -------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """One task hands every record to the producer in turn; delivery is reported through the
+        producer's future. (A task per record awaiting `send_and_wait` made every one of up to
+        MAX_IN_FLIGHT tasks wake up and retry each time a full batch drained: most of the CPU of
+        a scored event went there.) Only a record whose delivery fails gets a task of its own,
+        which retries it with backoff."""
         await self._connect()
+        producer = self._producer
+        assert producer is not None
         while True:
             item = await self._queue.get()
             await self._slots.acquire()
-            task = asyncio.create_task(self._deliver(item))
-            self._deliveries.add(task)
-            task.add_done_callback(self._deliveries.discard)
+            seq, key, value, headers = item
+            try:
+                future = await producer.send(self.topic, value, key=key or None, headers=headers)
+            except KafkaError as exc:
+                self._retry(item, exc)
+                continue
+            future.add_done_callback(lambda f, item=item: self._sent(item, f))  # type: ignore[misc]
 
-    async def _deliver(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]]) -> None:
+    def _sent(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]], future: "asyncio.Future[Any]") -> None:
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or error is not None:
+            if self._stopped:
+                self._finished(item[0])
+                return
+            self._retry(item, error if isinstance(error, KafkaError) else KafkaTimeoutError(str(error)))
+            return
+        self.sent += 1
+        self._finished(item[0])
+
+    def _finished(self, seq: int) -> None:
+        self._slots.release()
+        self._seq.done(seq)
+        self._changed.set()
+
+    def _retry(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]], error: KafkaError) -> None:
+        task = asyncio.get_running_loop().create_task(self._deliver(item, error))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, item: tuple[int, bytes, bytes, list[tuple[str, bytes]]], error: KafkaError) -> None:
+        """A record whose first send failed: retried one at a time with backoff until delivered or
+        refused for good."""
         seq, key, value, headers = item
         backoff = 0.2
         refusals = 0
         try:
             while True:
+                # Broker away or the topic not there yet: keep the record and try again. A refusal
+                # that retrying cannot fix (too large, not authorized) is given up after a few
+                # tries, counted, so that it cannot hold every commit back.
+                if not error.retriable and not isinstance(error, KafkaTimeoutError):
+                    refusals += 1
+                    if refusals >= MAX_REFUSALS:
+                        self.dropped += 1
+                        self.metrics.export_dropped.labels(exporter=EXPORTER, reason=type(error).__name__).inc()
+                        log.error("kafka results: record dropped after %d refusals: %s", refusals, error)
+                        break
+                log.warning("kafka results send failed (%s); retrying in %.1fs", error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
                 assert self._producer is not None
                 try:
                     await self._producer.send_and_wait(self.topic, value, key=key or None, headers=headers)
                     self.sent += 1
                     break
                 except KafkaError as exc:
-                    # Broker away or the topic not there yet: keep the record and try again. A
-                    # refusal that retrying cannot fix (too large, not authorized) is given up
-                    # after a few tries, counted, so that it cannot hold every commit back.
-                    if not exc.retriable and not isinstance(exc, KafkaTimeoutError):
-                        refusals += 1
-                        if refusals >= MAX_REFUSALS:
-                            self.dropped += 1
-                            self.metrics.export_dropped.labels(exporter=EXPORTER, reason=type(exc).__name__).inc()
-                            log.error("kafka results: record dropped after %d refusals: %s", refusals, exc)
-                            break
-                    log.warning("kafka results send failed (%s); retrying in %.1fs", exc, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(5.0, backoff * 2)
+                    error = exc
         finally:
-            self._slots.release()
-            self._seq.done(seq)
-            async with self._changed:
-                self._changed.notify_all()
+            self._finished(seq)

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from collector.metrics.children import Children
 from collector.metrics.registry import Metrics, rank_label
 from collector.model import Decision
 
@@ -108,6 +109,10 @@ class DriftMonitor:
         self.metrics = metrics
         self.settings = settings or DriftSettings()
         self.detectors: dict[str, DriftDetector] = {}
+        if metrics is not None:
+            self._recent = Children(metrics.precision_recent)
+            self._baseline = Children(metrics.precision_baseline)
+            self._drift = Children(metrics.precision_drift)
 
     def update(self, service_label: str, score: float) -> bool:
         detector = self.detectors.get(service_label)
@@ -115,10 +120,10 @@ class DriftMonitor:
             detector = self.detectors[service_label] = DriftDetector(self.settings)
         alarmed = detector.update(score)
         if self.metrics is not None:
-            self.metrics.precision_recent.labels(service=service_label).set(detector.recent)
+            self._recent(service_label).set(detector.recent)
             if detector.warmed_up:
-                self.metrics.precision_baseline.labels(service=service_label).set(detector.baseline)
-            self.metrics.precision_drift.labels(service=service_label).set(1 if alarmed else 0)
+                self._baseline(service_label).set(detector.baseline)
+            self._drift(service_label).set(1 if alarmed else 0)
         return alarmed
 
 
@@ -128,6 +133,9 @@ class MetricsSink:
     def __init__(self, metrics: Metrics, drift: DriftMonitor | None = None) -> None:
         self.metrics = metrics
         self.drift = drift if drift is not None else DriftMonitor(metrics)
+        self._precision = Children(metrics.context_precision)
+        self._precision_at_k = Children(metrics.precision_at_k)
+        self._rank_judged = Children(metrics.rank_judged)
 
     def emit(self, outcome: "ScoreOutcome") -> None:
         m = self.metrics
@@ -144,11 +152,11 @@ class MetricsSink:
         score = result.normalized_score
         # The exemplar is how a dashboard gets from a low bucket to the trace that landed there.
         exemplar = {"trace_id": r.trace_id, "span_id": r.span_id} if r.trace_id else None
-        m.context_precision.labels(service=service, retriever=retriever).observe(score, exemplar)
-        m.precision_at_k.labels(service=service, retriever=retriever).observe(result.precision_at_k)
+        self._precision(service, retriever).observe(score, exemplar)
+        self._precision_at_k(service, retriever).observe(result.precision_at_k)
+        rank_judged = self._rank_judged
         for verdict in result.verdicts:
-            m.rank_judged.labels(service=service, rank=rank_label(verdict.index + 1),
-                                 relevant="true" if verdict.relevant else "false").inc()
+            rank_judged(service, rank_label(verdict.index + 1), "true" if verdict.relevant else "false").inc()
         self.drift.update(service, score)
 
 

@@ -29,6 +29,12 @@ still dead-lettered); invalid JSON or a bad event inside the braces is counted `
   offset counts as done once the dead letter is written: it never stalls the partition.
 - `commit_barrier` (e.g. the results producer's flush) runs before each commit, so an offset is
   committed only after the score records of the messages below it reached the broker.
+- Shutdown (driven by the pipeline): `stop_reading` (nothing more is handed over; periodic
+  commits go on), the scoring workers drain, `freeze` (later decisions no longer move the commit
+  point) immediately before the workers still running are cancelled, then `stop` commits and
+  leaves the group. So everything scored before the exit is committed, and what shutdown cut
+  short (`failed`/`shutdown`) is read again after a restart. Used on its own, `stop` waits up to
+  `shutdown_drain_s` for in-flight messages instead.
 """
 from __future__ import annotations
 
@@ -106,6 +112,7 @@ class KafkaReceiver:
         self._commit_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # set whenever some message is done
         self._stopping = False
+        self._frozen = False
         self._committer: asyncio.Task[None] | None = None
         self._last_lag = 0.0
         self.handed_over = 0  # messages handed to the pipeline (for benchmarks and tests)
@@ -173,21 +180,42 @@ class KafkaReceiver:
         self._dlq = DeadLetterWriter(producer, dlq_topic, self.metrics)
         log.info("kafka receiver connected to %s", s.bootstrap)
 
-    async def stop(self) -> None:
-        """Stop reading, give in-flight messages `shutdown_drain_s` to be decided, commit, leave."""
+    async def stop_reading(self) -> None:
+        """Hand nothing more to the pipeline (the first step of shutdown). Periodic commits go on,
+        and the consumer stays in its group, until `stop`."""
         self._stopping = True
-        for task in (self._task, self._committer):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._task = self._committer = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+
+    async def wait_dead_letters(self, timeout_s: float) -> None:
+        """Let dead letters being written finish, so that their offsets count as done."""
+        if self._dlq_tasks:
+            await asyncio.wait(set(self._dlq_tasks), timeout=max(0.1, timeout_s))
+
+    def freeze(self) -> None:
+        """From now on, decisions no longer move the commit point. Shutdown calls this after the
+        scoring workers drained and just before it cancels them: the final commit then covers
+        everything scored, and nothing cut short by shutdown (`failed`/`shutdown`), which is read
+        and scored again after a restart. Synchronous, so nothing can be decided in between."""
+        self._frozen = True
+
+    async def stop(self) -> None:
+        """Stop reading, commit what was decided, leave the group. Without a prior `freeze` (the
+        receiver used on its own) in-flight messages first get `shutdown_drain_s` to be decided."""
+        await self.stop_reading()
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+            self._committer = None
         if self._consumer is None:
             return
-        deadline = time.monotonic() + self.settings.shutdown_drain_s
-        while self._undone() and time.monotonic() < deadline:
+        deadline = time.monotonic() + (0.0 if self._frozen else self.settings.shutdown_drain_s)
+        while not self._frozen and self._undone() and time.monotonic() < deadline:
             await self._wait_progress(deadline - time.monotonic())
-        if self._dlq_tasks:
-            await asyncio.wait(self._dlq_tasks, timeout=max(0.1, deadline - time.monotonic()))
+        if not self._frozen:
+            await self.wait_dead_letters(deadline - time.monotonic())
         await self._commit(barrier_timeout_s=max(1.0, deadline - time.monotonic()))
         left = self._undone()
         if left:
@@ -425,6 +453,8 @@ class KafkaReceiver:
         task.add_done_callback(self._dlq_tasks.discard)
 
     def _done(self, offsets: PartitionOffsets, offset: int) -> None:
+        if self._frozen:
+            return  # decided after shutdown froze the commit point: read again after a restart
         offsets.done(offset)
         self._progress.set()
 
@@ -514,8 +544,9 @@ class KafkaReceiver:
         parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
         for part in parts:
             part.offsets.revoked = True  # the read loop hands over nothing more of these
-        deadline = time.monotonic() + (0.0 if self._consumer is None else min(REVOKE_DRAIN_S,
-                                                                              self.settings.shutdown_drain_s))
+        # Frozen (shutting down): nothing can move the commit point any more, so do not wait.
+        deadline = time.monotonic() + (0.0 if self._consumer is None or self._frozen else min(
+            REVOKE_DRAIN_S, self.settings.shutdown_drain_s))
         while self._undone(parts) and time.monotonic() < deadline:
             await self._wait_progress(deadline - time.monotonic())
         await self._commit(parts, barrier_timeout_s=REVOKE_DRAIN_S)

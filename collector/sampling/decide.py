@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Protocol
 
+from collector.metrics.children import Children
 from collector.metrics.registry import Metrics
 from collector.model import Decision, Retrieval
 from collector.sampling.sampler import Sampler
@@ -37,6 +38,7 @@ class DecisionRecorder:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
         self._counts: dict[str, int] = {}
+        self._samples = Children(metrics.samples) if metrics is not None else None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -44,8 +46,8 @@ class DecisionRecorder:
 
     def count(self, service: str, decision: Decision, n: int = 1) -> None:
         self._counts[decision.value] = self._counts.get(decision.value, 0) + n
-        if self.metrics is not None and n > 0:
-            self.metrics.samples.labels(service=self.metrics.service(service), decision=decision.value).inc(n)
+        if self._samples is not None and self.metrics is not None and n > 0:
+            self._samples(self.metrics.service(service), decision.value).inc(n)
 
     def record(self, retrieval: Retrieval, decision: Decision, attributes: dict[str, Any] | None = None) -> None:
         self.count(retrieval.service, decision)

@@ -71,6 +71,7 @@ class ScoringWorkers:
         self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._cancelled = False
         self.in_flight = 0
 
     def add_sink(self, sink: ResultSink) -> None:
@@ -161,19 +162,37 @@ class ScoringWorkers:
                 log.exception("result sink %s failed", type(sink).__name__)
         self.recorder.record(outcome.retrieval, outcome.decision, outcome.attributes)
 
+    async def drain(self, timeout_s: float) -> bool:
+        """Stop taking work and wait up to `timeout_s` for the queue to empty and the workers to
+        finish; True when everything was scored. Running workers are left running."""
+        self._closing = True
+        if not self._tasks:
+            return self._queue.empty()
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout=max(0.0, timeout_s))
+        except asyncio.TimeoutError:
+            log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
+                        self._queue.qsize(), self.in_flight)
+            return False
+        return True
+
+    def cancel(self) -> None:
+        """Cancel the workers without yielding to the loop, so that no judge answer can still be
+        turned into a score after this call (the pipeline freezes the Kafka commit point just before:
+        what is scored is committed, what is cut is read again). `aclose` collects them."""
+        self._closing = self._cancelled = True
+        for task in self._tasks:
+            task.cancel()
+
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Drain within `timeout_s`, then cancel; every queued retrieval still gets a decision."""
-        self._closing = True
         if self._tasks:
-            try:
-                await asyncio.wait_for(self._queue.join(), timeout=max(0.0, timeout_s))
-            except asyncio.TimeoutError:
-                log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
-                            self._queue.qsize(), self.in_flight)
-            for task in self._tasks:
-                task.cancel()
+            if not self._cancelled:
+                await self.drain(timeout_s)
+                self.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks = []
+        self._closing = True
         while not self._queue.empty():
             r = self._queue.get_nowait()
             self._queue.task_done()

@@ -6,9 +6,9 @@ the query and the context text as sent (after truncation). It is hashed so that 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,10 +17,25 @@ class CachedVerdict:
     reason: str
 
 
+def _framed(text: str) -> bytes:
+    # Length-prefixed, so that no two different field tuples hash the same bytes.
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data).to_bytes(8, "big") + data
+
+
+def verdict_keys(model: str, prompt_version: str, reference: str, query: str, contexts: Sequence[str]) -> list[bytes]:
+    """`verdict_key` of each context of one sample: the fields they share are hashed once."""
+    prefix = hashlib.sha256(b"".join(_framed(f) for f in (model, prompt_version, reference, query)))
+    keys = []
+    for context in contexts:
+        h = prefix.copy()
+        h.update(_framed(context))
+        keys.append(h.digest())
+    return keys
+
+
 def verdict_key(model: str, prompt_version: str, reference: str, query: str, context: str) -> bytes:
-    # JSON framing so that no two different field tuples serialise to the same bytes.
-    blob = json.dumps([model, prompt_version, reference, query, context], ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).digest()
+    return verdict_keys(model, prompt_version, reference, query, (context,))[0]
 
 
 class VerdictCache:

@@ -166,6 +166,7 @@ class LimitedChatClient:
         self._random = (rng or random.Random()).random
         self._secrets = tuple(s for s in (config.api_key, *getattr(transport, "secrets", ())) if s)
         self._prices: tuple[float, float] | None = None
+        self._price_lookup: asyncio.Future[tuple[float, float]] | None = None
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -175,14 +176,31 @@ class LimitedChatClient:
     def transport(self) -> ChatTransport:
         return self._transport
 
+    async def warm_up(self) -> None:
+        """Start-up work that the first request would otherwise pay for while scoring: the
+        transport's session, and the model's prices (a look-up in litellm's cost map, in a thread).
+        The look-up is not awaited (for a priced model it imports litellm: seconds); the first
+        success awaits it if it is still running."""
+        warm = getattr(self._transport, "warm_up", None)
+        if warm is not None:
+            await warm()
+        if self._prices is None and self._price_lookup is None:
+            self._price_lookup = asyncio.ensure_future(self._lookup_prices())
+
     async def _resolve_prices(self) -> tuple[float, float]:
         if self._prices is None:
-            prices = _PRICES.get(self.model)
-            if prices is None:
-                # litellm's import takes seconds: keep it off the event loop.
-                prices = await asyncio.to_thread(model_prices, self.model)
-            self._prices = prices
+            if self._price_lookup is None:
+                self._price_lookup = asyncio.ensure_future(self._lookup_prices())
+            # Shielded: a cancelled request must not cancel the look-up that others share.
+            self._prices = await asyncio.shield(self._price_lookup)
         return self._prices
+
+    async def _lookup_prices(self) -> tuple[float, float]:
+        prices = _PRICES.get(self.model)
+        if prices is None:
+            # litellm's import takes seconds: keep it off the event loop.
+            prices = await asyncio.to_thread(model_prices, self.model)
+        return prices
 
     def _emit(self, outcome: str, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0) -> None:
         if self._observer is None:
@@ -282,4 +300,7 @@ class LimitedChatClient:
         return JudgeError(message, kind=error.outcome)
 
     async def aclose(self) -> None:
+        if self._price_lookup is not None and not self._price_lookup.done():
+            self._price_lookup.cancel()
+            await asyncio.gather(self._price_lookup, return_exceptions=True)
         await self._transport.aclose()

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from scorer.config import JudgeConfig
 from scorer.judge.base import JudgeOutcome, truncate
-from scorer.judge.cache import CachedVerdict, VerdictCache, verdict_key
+from scorer.judge.cache import CachedVerdict, VerdictCache, verdict_keys
 from scorer.judge.chat import ChatClient, JudgeBadResponse
 from scorer.judge.prompt import PROMPT_VERSION, reason_messages, verdict_messages
 from scorer.judge.verdicts import MalformedAnswer, ParsedVerdict, parse_reason, parse_verdicts
@@ -42,7 +42,7 @@ class LLMJudge:
         texts, truncated = truncate(contexts, self.config.max_context_chars)
         usage = JudgeUsage(model=self.model, prompt_version=self.prompt_version)
         found: dict[int, Verdict] = {}
-        keys = [verdict_key(self.model, self.prompt_version, reference, query, text) for text in texts]
+        keys = verdict_keys(self.model, self.prompt_version, reference, query, texts)
         to_send: list[tuple[int, str]] = []
         for index, (key, text) in enumerate(zip(keys, texts)):
             hit = self.cache.get(key)
@@ -143,6 +143,11 @@ class LLMJudge:
                 last_error = str(exc)
         # The score stands on the verdicts alone; the engine falls back to the template reason.
         raise ReasonUnavailable(f"judge {self.model} gave no readable reason: {last_error}")
+
+    async def warm_up(self) -> None:
+        warm = getattr(self.client, "warm_up", None)
+        if warm is not None:
+            await warm()
 
     async def aclose(self) -> None:
         await self.client.aclose()

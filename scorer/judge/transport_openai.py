@@ -44,6 +44,11 @@ class OpenAIDirectTransport:
         )
         return self._session
 
+    async def warm_up(self) -> None:
+        """Create the pooled session at start-up rather than on the first scored sample."""
+        if self._session is None:
+            self._open()
+
     async def send(
         self, messages: Sequence[ChatMessage], *, max_tokens: int | None, json_mode: bool, temperature: float
     ) -> TransportReply:

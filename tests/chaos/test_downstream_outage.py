@@ -63,13 +63,14 @@ def delivered(capture: OtlpCapture, cut_at: float) -> set[str]:
     return set(first)
 
 
-async def with_sidecar(make_stub_judge: MakeStub, body: Callable[[Any, RagApp, TcpProxy, OtlpCapture], Awaitable[None]]) -> None:
+async def with_sidecar(make_stub_judge: MakeStub, body: Callable[[Any, RagApp, TcpProxy, OtlpCapture], Awaitable[None]],
+                       *extra: str) -> None:
     stub = await make_stub_judge(seed=2)
     capture = await OtlpCapture().start()
     proxy = TcpProxy(capture.http_port)
     await proxy.up()
     config = serve_config("--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "k",
-                          "--forward-to", proxy.url, "--write-back", "span", "--sample-rate", "1")
+                          "--forward-to", proxy.url, "--write-back", "span", "--sample-rate", "1", *extra)
     try:
         async with running(config) as pipeline:
             app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
@@ -115,8 +116,8 @@ async def test_short_outage_is_buffered_and_delivered(make_stub_judge: MakeStub)
 
 async def test_long_outage_drops_are_counted_and_bounded(make_stub_judge: MakeStub) -> None:
     async def body(pipeline: Any, app: RagApp, proxy: TcpProxy, capture: OtlpCapture) -> None:
-        # The forwarder's queue bound has no config key yet; this sets the real part's setting.
-        pipeline.forwarder.settings.max_queue_bytes = SMALL_QUEUE_BYTES
+        # The bound comes from `--forward-max-queue-mb` (see with_sidecar's flags below).
+        assert pipeline.forwarder.settings.max_queue_bytes == SMALL_QUEUE_BYTES
         send(app, 3, 0)
         await app.flush()
         await capture.wait_for_spans(3 * SPANS_PER_TRACE)
@@ -161,7 +162,7 @@ async def test_long_outage_drops_are_counted_and_bounded(make_stub_judge: MakeSt
         assert total(m, "ctxprec_samples_total", decision="evaluated") == sent
         assert await healthy(pipeline.metrics_url)
 
-    await with_sidecar(make_stub_judge, body)
+    await with_sidecar(make_stub_judge, body, "--forward-max-queue-mb", str(SMALL_QUEUE_BYTES / 2**20))
 
 
 async def _eventually(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:

@@ -32,6 +32,16 @@ def test_defaults_follow_the_spec() -> None:
     assert c.judge.model == "local" and c.judge_defaulted
     assert c.write_back == "span" and c.forward_to is None and c.kafka is None
     assert c.max_rss_mb == 512 and c.threshold == 0.5 and c.quiet_period_s == 2.0 and c.max_wait_s == 30.0
+    assert c.forward_max_queue_bytes == 64 * 1024 * 1024
+
+
+def test_forward_queue_bound_from_file_env_and_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, "export:\n  max_queue_mb: 8\n")
+    assert config_module.load(parse("--config", path), environ={}).forward_max_queue_bytes == 8 * 2**20
+    c = config_module.load(parse("--config", path), environ={"CTXPREC_FORWARD_MAX_QUEUE_MB": "0.5"})
+    assert c.forward_max_queue_bytes == 2**19
+    c = config_module.load(parse("--config", path, "--forward-max-queue-mb", "0.25"), environ={})
+    assert c.forward_max_queue_bytes == 2**18
 
 
 def test_flags_beat_env_and_env_beats_the_file(tmp_path: Path) -> None:
@@ -86,6 +96,8 @@ kafka:
     ("", ("--write-back", "inline"), {}, "config key export.write_back (from --write-back): must be one of span, evaluator"),
     ("", ("--kafka-bootstrap", "127.0.0.1:9092"), {}, "config key kafka.topic: required"),
     ("drift:\n  slack: -1\n", (), {}, "config key drift.slack: must be a number > 0"),
+    ("", ("--forward-max-queue-mb", "0"), {},
+     "config key export.max_queue_mb (from --forward-max-queue-mb): must be a number > 0"),
     ("conventions:\n  order: [openinference, zipkin]\n", (), {}, "config key conventions.order: unknown convention 'zipkin'"),
     ("assembly:\n  quiet_period_s: 5\n  max_wait_s: 1\n", (), {}, "config key assembly.max_wait_s: must be >="),
     ("judge:\n  reason_mode: poem\n", (), {}, "config key judge.reason_mode: must be one of template, llm"),

@@ -434,3 +434,24 @@ asyncio.run(main())
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0.0", "False"]
+
+
+async def test_warm_up_prepares_the_client_without_calling_the_judge(stub_judge: StubJudge) -> None:
+    client = client_for(stub_judge.url)
+    try:
+        await client.warm_up()
+        assert stub_judge.stats.requests == 0
+        transport = client.transport
+        assert isinstance(transport, OpenAIDirectTransport) and transport._session is not None
+        session = transport._session
+        assert await client._resolve_prices() == (0.0, 0.0)  # the stub's model is not in the cost map
+        response = await client.complete(messages())
+        assert response.cost_usd == 0.0 and stub_judge.stats.requests == 1
+        assert transport._session is session  # the first request used the session made at start-up
+    finally:
+        await client.aclose()
+    assert transport._session is None
+    # Closing while the start-up price look-up may still run leaves nothing behind.
+    second = client_for(stub_judge.url)
+    await second.warm_up()
+    await second.aclose()

@@ -152,6 +152,7 @@ def choice(*choices: str, optional: bool = False) -> Callable[[Any], str | None]
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}, got {raw!r}")
         return value
+    convert.metavar = "|".join(choices)  # type: ignore[attr-defined]  # read by --help
     return convert
 
 
@@ -305,13 +306,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         default = f" (default {option.default})" if option.default is not None else ""
         parser.add_argument(option.flag, dest=_dest(option), default=None, type=str, metavar=_metavar(option),
-                            help=f"{option.help}{default}; env {option.env}")
+                            help=f"{option.help}{default}")  # the CLI adds "[env CTXPREC_...]"
 
 
 def _metavar(option: Option) -> str:
     named = {listen: "HOST:PORT", rate: "R", forward_url: "URL", readable_file: "FILE", count: "N", count0: "N",
-             boolean: "true|false"}
-    return named.get(option.convert, option.flag.lstrip("-").split("-")[-1].upper() if option.flag else "VALUE")
+             boolean: "true|false", positive: "NUM", non_negative: "NUM", optional_positive: "NUM",
+             optional_text: "TEXT", text: "TEXT"}
+    if option.convert in named:
+        return named[option.convert]
+    # Kafka options pass through unconverted (kafka_config validates them); name them by their tail.
+    return getattr(option.convert, "metavar", None) or (option.flag or "VALUE").split("-")[-1].upper()
 
 
 def _dest(option: Option) -> str:

@@ -26,11 +26,11 @@ from collector.metrics.judge import JudgeMetricsObserver
 from collector.metrics.registry import Metrics
 from collector.sampling.decide import DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket
 from collector.sampling.sampler import Sampler
+from collector.version import VERSION
 from collector.scoring.workers import ResultSink, ScoringWorkers
 from scorer.engine import build_engine
 
 log = logging.getLogger(__name__)
-VERSION = "0.1.0"
 
 
 class Pipeline:

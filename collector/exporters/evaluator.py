@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from collector.version import VERSION
 from collector.metrics.registry import Metrics
 from collector.model import Decision
 
@@ -61,7 +62,7 @@ class EvaluatorExporter:
 
     def __init__(self, url: str, *, metrics: Metrics | None = None, service_name: str = "ctxprec",
                  ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None,
-                 schedule_delay_ms: int = 200, version: str = "0.1.0") -> None:
+                 schedule_delay_ms: int = 200, version: str = VERSION) -> None:
         self.url = url
         self.metrics = metrics
         protocol, traces_endpoint, logs_endpoint, insecure = otlp_endpoints(url)

@@ -9,6 +9,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collector.version import VERSION
+
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DELAY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -42,7 +44,7 @@ def rank_label(rank: int) -> str:
 
 
 class Metrics:
-    def __init__(self, *, max_services: int = 50, max_retrievers: int = 50, version: str = "0.1.0") -> None:
+    def __init__(self, *, max_services: int = 50, max_retrievers: int = 50, version: str = VERSION) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.service = LabelCap(max_services)
         self.retriever = LabelCap(max_retrievers)

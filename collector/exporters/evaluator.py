@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from collector.version import VERSION
 from collector.metrics.registry import Metrics
 from collector.model import Decision
+from collector.version import VERSION
 
 if TYPE_CHECKING:
     from collector.scoring.workers import ScoreOutcome

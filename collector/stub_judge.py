@@ -62,6 +62,9 @@ from typing import Any
 
 from aiohttp import web
 
+from scorer.batch import non_negative_float
+from scorer.judge.prompt import BEGIN_DATA, END_DATA
+
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
 DEFAULT_MODEL = "ctxprec-stub-judge"
 
@@ -77,8 +80,6 @@ STOPWORDS = frozenset(
 )
 
 _WORD_RE = re.compile(r"[a-z0-9]+")
-_BEGIN = "BEGIN_DATA"
-_END = "END_DATA"
 
 
 def content_words(text: str) -> set[str]:
@@ -179,12 +180,12 @@ def parse_data_block(messages: Any) -> dict[str, Any]:
         content = message.get("content")
         if not isinstance(content, str):
             continue
-        start = content.rfind(_BEGIN + "\n")
+        start = content.rfind(BEGIN_DATA + "\n")
         if start < 0:
             continue
-        line_start = start + len(_BEGIN) + 1
+        line_start = start + len(BEGIN_DATA) + 1
         line_end = content.find("\n", line_start)
-        if line_end < 0 or not content.startswith(_END, line_end + 1):
+        if line_end < 0 or not content.startswith(END_DATA, line_end + 1):
             raise BadRequest("data block: the JSON line after BEGIN_DATA must be followed by a line END_DATA")
         try:
             data = json.loads(content[line_start:line_end])
@@ -436,18 +437,8 @@ class StubJudge:
 # --- command line -----------------------------------------------------------------------------
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
 def _rate(text: str) -> float:
-    value = _non_negative(text)
+    value = non_negative_float(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
     return value
@@ -474,14 +465,14 @@ def _port(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8099, help="port to bind; 0 picks a free one (default 8099)")
-    parser.add_argument("--latency-ms", type=_non_negative, default=0.0, help="added to every answer")
-    parser.add_argument("--jitter-ms", type=_non_negative, default=0.0, help="plus a uniform 0..jitter-ms")
+    parser.add_argument("--latency-ms", type=non_negative_float, default=0.0, help="added to every answer")
+    parser.add_argument("--jitter-ms", type=non_negative_float, default=0.0, help="plus a uniform 0..jitter-ms")
     parser.add_argument("--error-rate", type=_rate, default=0.0, help="probability (0..1) that a request gets a fault")
     parser.add_argument(
         "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS, help=f"comma list of {','.join(FAULT_KINDS)} (default all)"
     )
-    parser.add_argument("--hang-s", type=_non_negative, default=30.0, help="how long a 'timeout' fault holds a request")
-    parser.add_argument("--retry-after-s", type=_non_negative, default=1.0, help="Retry-After of a 'rate_limit' fault")
+    parser.add_argument("--hang-s", type=non_negative_float, default=30.0, help="how long a 'timeout' fault holds a request")
+    parser.add_argument("--retry-after-s", type=non_negative_float, default=1.0, help="Retry-After of a 'rate_limit' fault")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG (reproducible runs)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
     parser.add_argument("--api-key", default=None, help="if set, require this Bearer key (401 otherwise)")

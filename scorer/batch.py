@@ -15,14 +15,15 @@ import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator
+from typing import IO, Any, Awaitable, Callable, Iterable, Iterator
 
+# Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
+# these cost nothing extra; litellm and the transports stay lazy inside build_engine.
+from scorer.config import JudgeConfig
+from scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
 from scorer.events import EventError, RagEvent, parse_rag_event_line
+from scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from scorer.records import failure_record, record_id, score_record
-
-if TYPE_CHECKING:  # the engine pulls in the judge stack; import it only when scoring
-    from scorer.engine import ContextPrecisionEngine
-    from scorer.judge.chat import RequestEvent, RequestObserver
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16
@@ -51,7 +52,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _scale(text: str) -> float:
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (also used by `ctxprec stub-judge`)."""
     try:
         value = float(text)
     except ValueError:
@@ -66,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
     parser.add_argument("--judge-model", default=None, metavar="MODEL", help="litellm model string, or 'local' (default) for the offline judge")
     parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME)")
-    parser.add_argument("--scale", type=_scale, default=1.0, help="multiply scores by this (default 1)")
+    parser.add_argument("--scale", type=non_negative_float, default=1.0, help="multiply scores by this (default 1)")
     parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--redact-pii", action="store_true",
                         help="replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge")
@@ -124,7 +126,7 @@ class JudgeTally:
     completion_tokens: int = 0
     cost_usd: float = 0.0
 
-    def __call__(self, event: "RequestEvent") -> None:
+    def __call__(self, event: RequestEvent) -> None:
         self.requests += 1
         if event.outcome != "ok":
             self.failed_requests += 1
@@ -216,7 +218,7 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
 
 async def score_lines(
     lines: Iterable[tuple[int, bytes]],
-    engine: "ContextPrecisionEngine",
+    engine: ContextPrecisionEngine,
     *,
     concurrency: int,
     window: int,
@@ -272,7 +274,7 @@ async def _limited(limit: asyncio.Semaphore, work: Awaitable[dict[str, Any]]) ->
 
 
 def _prepare(
-    line_no: int, raw: bytes, engine: "ContextPrecisionEngine"
+    line_no: int, raw: bytes, engine: ContextPrecisionEngine
 ) -> dict[str, Any] | Awaitable[dict[str, Any]] | None:
     """A finished error record for a bad line, a coroutine that scores a good one, None to skip."""
     try:
@@ -288,13 +290,11 @@ def _prepare(
     except EventError as exc:
         return _bad_input(engine, exc.message, text, _loose_ids(text))
     if not event.contexts:
-        return _failure(engine, event, line_no, "no_contexts", "No context available for evaluation", decision="no_contexts")
+        return _failure(engine, event, line_no, "no_contexts", NO_CONTEXT_MESSAGE, decision="no_contexts")
     return _score_event(engine, event, line_no)
 
 
-async def _score_event(engine: "ContextPrecisionEngine", event: RagEvent, line_no: int) -> dict[str, Any]:
-    from scorer.judge.chat import JudgeError
-
+async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no: int) -> dict[str, Any]:
     try:
         result = await engine.score(
             event.query, event.context_texts, output=event.output, expected_output=event.expected_output
@@ -307,20 +307,11 @@ async def _score_event(engine: "ContextPrecisionEngine", event: RagEvent, line_n
         raise
     except Exception as exc:  # noqa: BLE001 - one broken sample must not end the batch
         return _failure(engine, event, line_no, "internal_error", f"{type(exc).__name__}: {exc}")
-    return score_record(
-        result,
-        record_id=_event_record_id(event, engine.fingerprint),
-        trace_id=event.trace_id,
-        span_id=event.span_id,
-        service=event.service,
-        retriever=event.retriever,
-        model=engine.model,
-        prompt_version=engine.prompt_version,
-    )
+    return score_record(result, **_event_fields(engine, event))
 
 
 def _failure(
-    engine: "ContextPrecisionEngine",
+    engine: ContextPrecisionEngine,
     event: RagEvent,
     line_no: int,
     kind: str,
@@ -331,21 +322,28 @@ def _failure(
     return failure_record(
         error_type=kind,
         message=f"line {line_no}: {message}",
-        record_id=_event_record_id(event, engine.fingerprint),
-        trace_id=event.trace_id,
-        span_id=event.span_id,
-        service=event.service,
-        retriever=event.retriever,
         scale=engine.scale,
-        model=engine.model,
-        prompt_version=engine.prompt_version,
         k=len(event.contexts),
         decision=decision,
+        **_event_fields(engine, event),
     )
 
 
+def _event_fields(engine: ContextPrecisionEngine, event: RagEvent) -> dict[str, Any]:
+    """What the score record and the failure record of a parsed event share."""
+    return {
+        "record_id": _event_record_id(event, engine.fingerprint),
+        "trace_id": event.trace_id,
+        "span_id": event.span_id,
+        "service": event.service,
+        "retriever": event.retriever,
+        "model": engine.model,
+        "prompt_version": engine.prompt_version,
+    }
+
+
 def _bad_input(
-    engine: "ContextPrecisionEngine", message: str, content: str, ids: tuple[str, str, str] = ("", "", "")
+    engine: ContextPrecisionEngine, message: str, content: str, ids: tuple[str, str, str] = ("", "", "")
 ) -> dict[str, Any]:
     trace_id, span_id, service = ids
     return failure_record(
@@ -465,10 +463,7 @@ def _open_output(path: str | None, input_path: str | None = None) -> RecordSink:
         raise UsageError(f"-o {path}: cannot write ({exc.strerror or exc})") from None
 
 
-def _build_engine(options: BatchOptions, observer: "RequestObserver") -> "ContextPrecisionEngine":
-    from scorer.config import JudgeConfig
-    from scorer.engine import build_engine
-
+def _build_engine(options: BatchOptions, observer: RequestObserver) -> ContextPrecisionEngine:
     try:
         config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency,
                              redact_pii=options.redact_pii)

@@ -230,12 +230,11 @@ class OtlpIngest:
                 fast_routed[ri, OPENINFERENCE] = fast_routed.get((ri, OPENINFERENCE), 0) + 1
             if is_genai_retrieval(record):
                 fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
-            convention = self.conventions.match(record)
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
             self.buffer.add(record, ack)
-            if span_mode and convention is not None:
+            if span_mode and self.conventions.match(record) is not None:
                 rs = request.resource_spans[ri]
                 copy = Span()
                 copy.CopyFrom(span)

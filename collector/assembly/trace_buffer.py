@@ -19,7 +19,6 @@ from collector.metrics.registry import Metrics
 
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"
-EVICT_SHUTDOWN = "shutdown"
 
 
 @dataclass(slots=True)
@@ -97,11 +96,11 @@ class TraceBuffer:
         if ack is not None and not any(a is ack for a in trace.acks):
             ack.hold()
             trace.acks.append(ack)
-        self._enforce_bounds(keep=span.trace_id)
+        self._enforce_bounds()
         self._update_gauges()
         return trace
 
-    def _enforce_bounds(self, keep: bytes) -> None:
+    def _enforce_bounds(self) -> None:
         s = self.settings
         while len(self._traces) > s.max_traces:
             self._evict(EVICT_MAX_TRACES)

@@ -16,6 +16,7 @@ import ssl
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -23,10 +24,7 @@ import aiohttp
 import aiohttp.abc
 import aiohttp.payload
 import grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.metrics.registry import Metrics
 
@@ -136,9 +134,9 @@ class _GrpcTransport:
         target = f"{parts.hostname}:{parts.port or 4317}"
         options = [("grpc.max_send_message_length", settings.max_batch_bytes * 2 + 1024)]
         if parts.scheme == "grpcs":
-            root = open(settings.ca_file, "rb").read() if settings.ca_file else None
-            key = open(settings.key_file, "rb").read() if settings.key_file else None
-            cert = open(settings.cert_file, "rb").read() if settings.cert_file else None
+            root = Path(settings.ca_file).read_bytes() if settings.ca_file else None
+            key = Path(settings.key_file).read_bytes() if settings.key_file else None
+            cert = Path(settings.cert_file).read_bytes() if settings.cert_file else None
             credentials = grpc.ssl_channel_credentials(root, key, cert)
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)
         else:
@@ -204,11 +202,6 @@ class SpanForwarder:
         self._queued_bytes += len(body)
         self._wakeup.set()
         return True
-
-    def forward_request(self, request: ExportTraceServiceRequest, spans: int | None = None) -> bool:
-        if spans is None:
-            spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        return self.forward_raw(request.SerializeToString(), spans)
 
     @property
     def queued_bytes(self) -> int:

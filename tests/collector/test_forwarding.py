@@ -51,12 +51,6 @@ class Mode:
                 assert response.status == 200, await response.text()
         return body
 
-    async def wait_retrievals(self, n: int, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.sink.retrievals) < n:
-            assert time.monotonic() < deadline, f"waited for {n} retrievals, got {len(self.sink.retrievals)}"
-            await asyncio.sleep(0.02)
-
 
 @pytest.fixture
 async def capture() -> AsyncIterator[OtlpCapture]:
@@ -162,7 +156,7 @@ async def test_sampled_retrieval_span_is_held_until_decided(make_mode: Callable[
     assert mode.capture.span(retriever.span_id.hex()) is None
     assert mode.sink.not_sampled_counts == {"support-bot": 1}
 
-    await mode.wait_retrievals(1)
+    await mode.sink.wait_retrievals(1)
     [retrieval] = mode.sink.retrievals
     assert retrieval.span_id == retriever.span_id.hex()
     await asyncio.sleep(0.2)
@@ -183,7 +177,7 @@ async def test_hold_deadline_sends_the_span_unscored_once(make_mode: Callable[..
     spans = rag_trace(trace_id(True))
     retriever_id = spans[1].span_id.hex()
     await mode.post(request_of(spans))
-    await mode.wait_retrievals(1)
+    await mode.sink.wait_retrievals(1)
     late = await mode.capture.wait_for_span("openinference.span.kind", "RETRIEVER", timeout=5)
     assert late.span_id == retriever_id
     assert "gen_ai.evaluation.score.value" not in late.attributes
@@ -199,7 +193,7 @@ async def test_decision_without_attributes_releases_the_span_as_is(make_mode: Ca
     mode = await make_mode(rate=1.0)
     spans = rag_trace(trace_id(True))
     await mode.post(request_of(spans))
-    await mode.wait_retrievals(1)
+    await mode.sink.wait_retrievals(1)
     mode.sink.decide_all(Decision.THROTTLED, None)
     released = await mode.capture.wait_for_span("openinference.span.kind", "RETRIEVER")
     assert released.span == spans[1]
@@ -211,7 +205,7 @@ async def test_late_span_is_forwarded_and_counted(make_mode: Callable[..., Await
     trace = trace_id(True)
     spans = rag_trace(trace)
     await mode.post(request_of(spans))
-    await mode.wait_retrievals(1)
+    await mode.sink.wait_retrievals(1)
     straggler = span(trace, "late-step", {"http.method": "GET"}, parent=spans[0].span_id)
     await mode.post(request_of([straggler]))
     arrived = await mode.capture.wait_for_span("http.method", "GET")
@@ -232,7 +226,7 @@ async def test_acks_are_released_when_retrievals_are_decided(make_mode: Callable
     await mode.ingest.ingest(request_of(rag_trace(trace_id(False))), receiver="kafka", ack=unsampled_ack)
     unsampled_ack.seal()
     assert fired == ["unsampled"]
-    await mode.wait_retrievals(1)
+    await mode.sink.wait_retrievals(1)
     assert not sampled_ack.done
     mode.sink.decide_all(Decision.EVALUATED, SCORE)
     assert fired == ["unsampled", "sampled"]
@@ -259,7 +253,7 @@ async def test_forwarder_retries_through_transient_failures(
     await fw.start()
     try:
         capture.fail_next(2)
-        assert fw.forward_request(request_of(rag_trace(trace_id(False))))
+        assert fw.forward_raw(request_of(rag_trace(trace_id(False))).SerializeToString(), 3)
         await capture.wait_for_spans(3)
         await asyncio.sleep(0.05)
         assert metrics.registry.get_sample_value(

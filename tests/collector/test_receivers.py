@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import json
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
@@ -67,12 +66,6 @@ class Stack:
 
     def value(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
-
-    async def wait_retrievals(self, n: int, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.sink.retrievals) < n:
-            assert time.monotonic() < deadline, f"waited for {n} retrievals, got {len(self.sink.retrievals)}"
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -135,7 +128,7 @@ async def test_sdk_http_and_grpc_exporters_deliver_retrievals(make_stack: Callab
     stack = await make_stack()
     [(http_trace, http_span)] = await send_sdk(HttpSpanExporter(endpoint=stack.http_url))
     [(grpc_trace, grpc_span)] = await send_sdk(GrpcSpanExporter(endpoint=stack.grpc_target, insecure=True))
-    await stack.wait_retrievals(2)
+    await stack.sink.wait_retrievals(2)
     by_trace = {r.trace_id: r for r in stack.sink.retrievals}
     for trace, span_id in ((http_trace, http_span), (grpc_trace, grpc_span)):
         r = by_trace[trace]
@@ -185,7 +178,7 @@ async def test_http_bad_input_is_rejected_clearly_and_receiver_keeps_serving(
     status, body, ctype = await post(stack.http_url, gzip.compress(good),
                                      {"Content-Type": PB, "Content-Encoding": "gzip"})
     assert status == 200 and ExportTraceServiceResponse.FromString(body) == ExportTraceServiceResponse()
-    await stack.wait_retrievals(2)
+    await stack.sink.wait_retrievals(2)
 
 
 async def test_http_json_request_gets_a_json_response(make_stack: Callable[..., Awaitable[Stack]]) -> None:
@@ -203,7 +196,7 @@ async def test_http_json_request_gets_a_json_response(make_stack: Callable[..., 
             ]}]}]}]}
     status, body, ctype = await post(stack.http_url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
     assert (status, body) == (200, b"{}") and ctype.startswith("application/json")
-    await stack.wait_retrievals(1)
+    await stack.sink.wait_retrievals(1)
     [r] = stack.sink.retrievals
     assert (r.trace_id, r.span_id, r.service, r.query) == (trace.hex(), "00f067aa0ba902b7", "json-bot", "json question")
 
@@ -216,7 +209,7 @@ async def test_hostile_spans_are_bounded(make_stack: Callable[..., Awaitable[Sta
     for spans in ([many], [huge]):
         status, _, _ = await post(stack.http_url, request_of(spans).SerializeToString(), {"Content-Type": PB})
         assert status == 200
-    await stack.wait_retrievals(2)
+    await stack.sink.wait_retrievals(2)
     by_trace = {r.trace_id: r for r in stack.sink.retrievals}
     capped = by_trace[trace.hex()]
     assert len(capped.contexts) == 100 and capped.contexts[99].content == "context 99"
@@ -241,7 +234,7 @@ async def test_grpc_bad_input_gets_status_codes_with_messages(make_stack: Callab
         assert "limit" in (large.value.details() or "")
         good = request_of(rag_trace(trace_id(True))).SerializeToString()
         assert await export(good) == ExportTraceServiceResponse()
-    await stack.wait_retrievals(1)
+    await stack.sink.wait_retrievals(1)
     assert stack.value("ctxprec_receiver_errors_total", receiver="otlp_grpc", reason="bad_body") == 1
     assert stack.value("ctxprec_receiver_errors_total", receiver="otlp_grpc", reason="too_large") == 1
 
@@ -265,7 +258,7 @@ async def test_bearer_token_on_both_receivers(make_stack: Callable[..., Awaitabl
     await send_sdk(HttpSpanExporter(endpoint=stack.http_url, headers={"Authorization": "Bearer s3cret"}))
     await send_sdk(GrpcSpanExporter(endpoint=stack.grpc_target, insecure=True,
                                     headers={"authorization": "Bearer s3cret"}))
-    await stack.wait_retrievals(2)
+    await stack.sink.wait_retrievals(2)
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +291,7 @@ async def test_tls_and_mutual_tls(make_stack: Callable[..., Awaitable[Stack]], c
     credentials = grpc.ssl_channel_credentials(certs["ca_crt"].read_bytes(), certs["client_key"].read_bytes(),
                                                certs["client_crt"].read_bytes())
     await send_sdk(GrpcSpanExporter(endpoint=stack.grpc_target, insecure=False, credentials=credentials))
-    await stack.wait_retrievals(2)
+    await stack.sink.wait_retrievals(2)
     # Without a client certificate the TLS handshake itself is refused.
     import ssl
 

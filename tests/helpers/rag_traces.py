@@ -3,8 +3,10 @@ emitters for real OpenTelemetry traffic, and a collecting RetrievalSink (the dow
 of `OtlpIngest`, not the thing under test)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
@@ -125,6 +127,12 @@ class CollectingSink:
 
     def not_sampled(self, service: str, count: int) -> None:
         self.not_sampled_counts[service] += count
+
+    async def wait_retrievals(self, n: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.retrievals) < n:
+            assert time.monotonic() < deadline, f"waited for {n} retrievals, got {len(self.retrievals)}"
+            await asyncio.sleep(0.02)
 
     def decide_all(self, decision: Decision = Decision.EVALUATED, attributes: dict[str, Any] | None = None) -> None:
         for retrieval in self.retrievals:

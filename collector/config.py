@@ -36,7 +36,7 @@ class ConfigError(ValueError):
 
 # -- converters: raw value (YAML scalar or text) -> value, or ValueError with what is wrong -------
 
-def _number(raw: Any, *, integer: bool = False) -> float | int:
+def parse_number(raw: Any, *, integer: bool = False) -> float | int:
     if isinstance(raw, bool):
         raise ValueError(f"must be a number, got {raw!r}")
     try:
@@ -53,21 +53,21 @@ def _number(raw: Any, *, integer: bool = False) -> float | int:
 
 
 def rate(raw: Any) -> float:
-    value = float(_number(raw))
+    value = float(parse_number(raw))
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"must be between 0 and 1, got {raw!r}")
     return value
 
 
 def positive(raw: Any) -> float:
-    value = float(_number(raw))
+    value = float(parse_number(raw))
     if value <= 0:
         raise ValueError(f"must be a number > 0, got {raw!r}")
     return value
 
 
 def non_negative(raw: Any) -> float:
-    value = float(_number(raw))
+    value = float(parse_number(raw))
     if value < 0:
         raise ValueError(f"must be a number >= 0, got {raw!r}")
     return value
@@ -80,14 +80,14 @@ def optional_positive(raw: Any) -> float | None:
 
 
 def count(raw: Any) -> int:
-    value = int(_number(raw, integer=True))
+    value = int(parse_number(raw, integer=True))
     if value < 1:
         raise ValueError(f"must be an integer >= 1, got {raw!r}")
     return value
 
 
 def count0(raw: Any) -> int:
-    value = int(_number(raw, integer=True))
+    value = int(parse_number(raw, integer=True))
     if value < 0:
         raise ValueError(f"must be an integer >= 0, got {raw!r}")
     return value

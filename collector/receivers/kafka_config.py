@@ -65,7 +65,7 @@ class KafkaSettings:
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     max_undone_per_partition: int = 200  # back-pressure: pause a partition past this many
     # ... and every partition past this many in all. None: half the scoring queue
-    # (`total_for_queue`), so that Kafka input waits rather than being shed as `overloaded`.
+    # (`with_queue_size`), so that Kafka input waits rather than being shed as `overloaded`.
     max_undone_total: int | None = None
     max_message_bytes: int = 8 * 1024 * 1024  # larger messages are dead-lettered unread
     commit_interval_s: float = 1.0
@@ -198,22 +198,17 @@ def from_mapping(values: Mapping[str, Any]) -> KafkaSettings | None:
 
 
 def _convert(key: str, value: Any, kind: type) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise KafkaConfigError(f"{key}: expected true or false, got {value!r}")
-    if kind in (int, float):
-        if isinstance(value, bool):
-            raise KafkaConfigError(f"{key}: expected a number, got {value!r}")
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise KafkaConfigError(f"{key}: expected a number, got {value!r}") from None
+    # The converters every other `ctxprec serve` setting goes through (imported here: config.py
+    # imports this module), so that Kafka numbers are refused the same way (not truncated, not NaN).
+    from collector.config import boolean, parse_number
+
+    try:
+        if kind is bool:
+            return boolean(value)
+        if kind in (int, float):
+            return parse_number(value, integer=kind is int)
+    except ValueError as exc:
+        raise KafkaConfigError(f"{key}: {exc}") from None
     if not isinstance(value, (str, int, float)):
         raise KafkaConfigError(f"{key}: expected text, got {type(value).__name__}")
     return str(value)

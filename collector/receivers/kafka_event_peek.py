@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import re
 
-from collector.sampling.sampler import Sampler
+from collector.sampling.sampler import Sampler, rate_threshold
 
-_SPACE = 1 << 64
 _MAX_CACHED_SERVICES = 10_000
 _TRACE_KEY = b'"trace_id"'
 _SERVICE_KEY = b'"service"'
@@ -88,7 +87,7 @@ class EventPeek:
             return None
         rate = self.sampler.head_rate(service)
         # Rate 0 is a rule's `filtered` (the gate names it); rate 1 keeps everything.
-        known = (service, int(rate * _SPACE) if 0.0 < rate < 1.0 else None)
+        known = (service, rate_threshold(rate) if 0.0 < rate < 1.0 else None)
         if len(self._services) < _MAX_CACHED_SERVICES:
             self._services[raw] = known
         return known

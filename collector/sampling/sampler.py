@@ -69,12 +69,17 @@ def trace_hash(trace_id: str | bytes) -> int:
     return int.from_bytes(raw[-8:].rjust(8, b"\0"), "big")
 
 
+def rate_threshold(rate: float) -> int:
+    """A trace is kept at `rate` iff its `trace_hash` is below this."""
+    return int(rate * _SPACE)
+
+
 def below_rate(trace_id: str | bytes, rate: float) -> bool:
     if rate >= 1.0:
         return True
     if rate <= 0.0:
         return False
-    return trace_hash(trace_id) < int(rate * _SPACE)
+    return trace_hash(trace_id) < rate_threshold(rate)
 
 
 class Sampler:

@@ -4,8 +4,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from prometheus_client import generate_latest
-
 from collector.exporters.attributes import ScorerIdentity
 from collector.metrics.registry import Metrics
 from collector.model import Decision, Retrieval, RetrievedContext
@@ -179,4 +177,4 @@ def test_on_decided_is_called_once_even_if_recorded_twice() -> None:
     recorder.record(r, Decision.EVALUATED, {"gen_ai.evaluation.score.value": 1.0})
     recorder.record(r, Decision.FAILED, None)
     assert log == [(f"{1:016x}", Decision.EVALUATED, {"gen_ai.evaluation.score.value": 1.0})]
-    assert "ctxprec_samples_total" in generate_latest(metrics.registry).decode()
+    assert sample_count(metrics, "svc", "evaluated") == 1

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import random
 import statistics
@@ -23,7 +22,8 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from bench.ingest import RESULTS, SPANS_PER_TRACE, _DecidingSink, _kv, free_port, machine, rag_trace, wait_port
+from bench.common import machine, write_result
+from bench.ingest import SPANS_PER_TRACE, _DecidingSink, _kv, free_port, rag_trace, wait_port
 
 SPANS_PER_S = 5_000
 TRACES_PER_REQUEST = 5
@@ -180,8 +180,7 @@ def main() -> None:
     print(f"through ctxprec      : p50 {v['p50_ms']:.2f} ms  p99 {v['p99_ms']:.2f} ms  ({v['traces']} traces, "
           f"{v['lost_traces']} lost)")
     print(f"added by ctxprec     : p50 {a['p50_ms']:.2f} ms  p99 {a['p99_ms']:.2f} ms  (goal p99 < 5 ms)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "forward_latency.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result("forward_latency", out, quick=args.quick)
 
 
 if __name__ == "__main__":

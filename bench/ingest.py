@@ -11,19 +11,17 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
-import platform
 import random
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench.common import machine, write_result
+
 SPANS_PER_TRACE = 8
 _WORDS = ("password reset account billing invoice refund shipping order login security email "
           "settings profile support ticket subscription plan upgrade cancel device mobile app").split()
@@ -248,10 +246,6 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
     return {"rate": max(rates), "wall_rate": max(wall_rates), **details}
 
 
-def machine() -> dict[str, Any]:
-    return {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
@@ -303,8 +297,7 @@ def main() -> None:
     print(f"ratio                : {ratio:.3f}  (goal >= 0.20)  avg span {avg_bytes:.0f} B")
     print(f"retrievals           : {result['sampled_retrievals']} sampled, "
           f"{result['not_sampled_retrievals']} counted not_sampled, of {n_requests * traces_per_request}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result("ingest", out, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ Also measures what the stub judge sustains at 100 ms latency (requests/s through
 """
 from __future__ import annotations
 
+from bench.common import write_result
+
 import argparse
 import asyncio
 import cProfile
@@ -26,7 +28,6 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "judge_client_cpu.json"
 MODEL = "openai/ctxprec-stub-judge"
 CONCURRENCY = 64
 API_KEY = "bench-key"
@@ -213,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(f"stub judge at 100 ms latency: {throughput['requests_per_s']:.0f} req/s\n")
     if measured["profile"]:
         sys.stdout.write(measured["profile"])
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("judge_client_cpu", result, quick=args.quick)
     return 0
 
 

@@ -14,9 +14,10 @@ Goals: 1 call per sample and <= half the per-context baseline's prompt tokens.
 """
 from __future__ import annotations
 
+from bench.common import write_result
+
 import argparse
 import asyncio
-import json
 import os
 import platform
 import random
@@ -30,7 +31,6 @@ from scorer import JudgeConfig, build_engine
 from scorer.judge.local_eval import load_cases
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "judge_tokens.json"
 K = 10
 MODEL = "openai/ctxprec-stub-judge"
 
@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(ratio {rep['prompt_token_ratio_cache_vs_no_cache']}), calls {rep['no_cache']['calls_per_sample']} -> "
         f"{rep['with_cache']['calls_per_sample']}\n"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("judge_tokens", result, quick=args.quick)
     return 0
 
 

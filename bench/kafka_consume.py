@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -34,15 +32,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from bench.common import machine, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 PARTITIONS = 3
 GOAL = 0.5
 WARMUP = 500  # events, not counted (see "Cold and warm")
-
-
-def machine() -> dict[str, Any]:
-    return {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
 
 def event(i: int) -> dict[str, Any]:
@@ -208,8 +203,7 @@ def main() -> None:
           f"{out['ratio_warm']:.3f}  (after {out['warmup_events']} events not counted)")
     print(f"ctxprec, sample rate 100% : {out['ctxprec_scores_per_s_at_100pct']:10,} scores/s (stub judge, "
           f"records to Kafka)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "kafka_consume.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result("kafka_consume", out, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ recovery every offered retrieval evaluated and none shed.
 """
 from __future__ import annotations
 
+from bench.common import write_result
+
 import argparse
 import asyncio
-import json
 import os
 import platform
 import random
@@ -36,7 +37,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 SERVICE = "overload-app"
 
 
@@ -271,8 +271,7 @@ def main() -> int:
     print(f"overload: judge capacity {args.workers / (args.latency_ms / 1000):.0f} scores/s, offering "
           f"{args.factor:g}x for {args.overload_s:.0f} s", flush=True)
     result = asyncio.run(main_async(args))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overload.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result("overload", result, quick=args.quick)
     print(f"baseline (judge capacity): {result['baseline_judge_capacity_per_s']} scores/s; "
           f"under {result['overload_offered_vs_capacity']}x load ctxprec scored at "
           f"{result['overload_scoring_rate_vs_capacity']:.2f}x capacity; max RSS {result['max_rss_mb']} MB "

@@ -12,8 +12,9 @@ digits still present, so the digit passes still run).
 """
 from __future__ import annotations
 
+from bench.common import write_result
+
 import argparse
-import json
 import os
 import platform
 import random
@@ -26,7 +27,6 @@ from typing import Callable
 from scorer.redact import redact
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "redact.json"
 MB = 1024 * 1024
 
 _BASELINE_RE = re.compile(r"\S+@\S+")
@@ -122,9 +122,7 @@ def main() -> None:
             f"single-regex baseline {entry['baseline_mb_s']:7.1f} MB/s  ratio {entry['time_ratio_vs_baseline']:.2f}x  "
             f"replaced {counts.to_dict()}"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    print(f"wrote {write_result('redact', results, quick=args.quick).relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ client's rate.
 """
 from __future__ import annotations
 
+from bench.common import write_result
+
 import argparse
 import asyncio
 import json
@@ -30,7 +32,6 @@ import aiohttp
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "score_throughput.json"
 CTXPREC = Path(sys.executable).with_name("ctxprec")
 
 WORDS = (
@@ -235,27 +236,21 @@ def main(argv: list[str] | None = None) -> int:
         f"ideal {ideal:.0f}/s; ctxprec/bare at {large} events: {ratio:.1%} wall-clock (startup included), "
         f"{steady_ratio:.1%} steady; goal >= 90%: {'met' if ratio >= 0.9 else 'NOT met'}"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "score_throughput",
-                "quick": args.quick,
-                "latency_ms": args.latency_ms,
-                "concurrency": args.concurrency,
-                "ideal_rate": ideal,
-                "runs": [asdict(r) for r in runs],
-                "ratio_vs_bare": round(ratio, 4),
-                "steady_ratio_vs_bare": round(steady_ratio, 4),
-                "goal_ratio": 0.9,
-                "peak_rss_mb": {str(r.events): round(r.peak_rss_mb or 0, 1) for r in runs if r.peak_rss_mb is not None},
-                "machine": machine(),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    result = {
+        "benchmark": "score_throughput",
+        "quick": args.quick,
+        "latency_ms": args.latency_ms,
+        "concurrency": args.concurrency,
+        "ideal_rate": ideal,
+        "runs": [asdict(r) for r in runs],
+        "ratio_vs_bare": round(ratio, 4),
+        "steady_ratio_vs_bare": round(steady_ratio, 4),
+        "goal_ratio": 0.9,
+        "peak_rss_mb": {str(r.events): round(r.peak_rss_mb or 0, 1) for r in runs if r.peak_rss_mb is not None},
+        "machine": machine(),
+    }
+    path = write_result("score_throughput", result, quick=args.quick)
+    print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

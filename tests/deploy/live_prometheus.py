@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from typing import Any
 import aiohttp
 import yaml
 
+from tests.kafka.tansu import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules"
 PROMETHEUS = "/usr/bin/prometheus"
@@ -22,12 +23,6 @@ PROMETHEUS = "/usr/bin/prometheus"
 # Production window -> test window (1 s scrape interval: every window holds several samples).
 SHORT_WINDOWS = {"5m": "10s", "10m": "20s", "1h": "30s", "7d": "10m"}
 SHORT_FOR = "3s"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shorten_rules(target_dir: Path) -> list[Path]:

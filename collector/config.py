@@ -232,7 +232,10 @@ OPTIONS: tuple[Option, ...] = (
     # scoring
     Option("scoring.queue_size", "--queue-size", count, 1000, "retrievals waiting for a worker; more are shed"),
     Option("scoring.workers", "--workers", count, 8, "concurrent scorings"),
-    Option("scoring.max_rss_mb", "--max-rss-mb", optional_positive, 512.0, "shed new work while RSS is above this"),
+    Option("scoring.max_rss_mb", "--max-rss-mb", optional_positive, 512.0,
+           "shed new work while RSS (sidecar and scoring process) is above this"),
+    Option("scoring.process", "--scoring-process", choice("auto", "on", "off"), "auto",
+           "judge in a separate scoring process (a second core); auto: on for Kafka input with 2+ CPUs"),
     Option("scoring.shutdown_timeout_s", "--shutdown-timeout", non_negative, 10.0,
            "on SIGTERM, seconds to finish scoring in flight"),
     # assembly
@@ -296,6 +299,7 @@ class ServeConfig:
     log_level: str = "info"
     receiver_tls_client_ca: str | None = None  # set: OTLP clients must present a certificate it signed
     forward_max_queue_bytes: int = 64 * 1024 * 1024  # span mode: the forwarder's queue bound
+    scoring_process: str = "auto"  # "auto" | "on" | "off": see collector/scoring/placement.py
     sources: dict[str, str] = field(default_factory=dict)  # key -> "default" | "file" | "env" | "flag"
 
 
@@ -451,7 +455,8 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
         max_buffer_bytes=int(v("assembly.max_buffer_mb") * 1024 * 1024),
         conventions=_conventions(raw, flat), drift=_drift(flat), kafka=kafka, log_level=v("log_level"),
         receiver_tls_client_ca=v("receivers.tls_client_ca"),
-        forward_max_queue_bytes=max(1, int(v("export.max_queue_mb") * 1024 * 1024)), sources={key: source for key, (_, source) in raw.items()})
+        forward_max_queue_bytes=max(1, int(v("export.max_queue_mb") * 1024 * 1024)),
+        scoring_process=v("scoring.process"), sources={key: source for key, (_, source) in raw.items()})
 
 
 def _kafka(raw: Mapping[str, tuple[Any, str]]) -> KafkaSettings | None:

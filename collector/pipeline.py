@@ -24,11 +24,12 @@ from collector.metrics.drift import DriftMonitor, MetricsSink
 from collector.metrics.http import JudgeReachable, MetricsServer
 from collector.metrics.judge import JudgeMetricsObserver
 from collector.metrics.registry import Metrics
-from collector.sampling.decide import DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket
+from collector.sampling.decide import (
+    DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
 from collector.sampling.sampler import Sampler
 from collector.version import VERSION
+from collector.scoring.placement import make_engine
 from collector.scoring.workers import ResultSink, ScoringWorkers
-from scorer.engine import build_engine
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class Pipeline:
         self.config = config
         self.metrics = metrics or Metrics(max_services=config.max_services, max_retrievers=config.max_retrievers,
                                           version=VERSION)
-        self.engine = build_engine(config.judge, scale=config.scale, observer=JudgeMetricsObserver(self.metrics))
+        # In this process, or a scoring process on another core (collector/scoring/placement.py).
+        self.engine = make_engine(config, JudgeMetricsObserver(self.metrics))
         self.identity = ScorerIdentity.of_engine(self.engine, threshold=config.threshold)
         self.sampler = Sampler(config.sample_rate, config.sampling_rules)
         self.recorder = DecisionRecorder(self.metrics)
@@ -51,7 +53,7 @@ class Pipeline:
             sampler=self.sampler, queue=self.workers, recorder=self.recorder,
             throttle=TokenBucket(config.max_scores_per_minute) if config.max_scores_per_minute else None,
             budget=self.budget,
-            rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024)) if config.max_rss_mb else None,
+            rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024), probe=self._rss_bytes) if config.max_rss_mb else None,
             recent=RecentKeys(config.duplicate_window_s))
 
         self.forwarder: Any = None  # span mode: exporters.span_forwarder.SpanForwarder
@@ -71,6 +73,11 @@ class Pipeline:
         self._started = False
 
     # -- assembly of the parts --
+
+    def _rss_bytes(self) -> int:
+        """The memory cap covers the scoring process too: they share the container's limit."""
+        child = getattr(self.engine, "rss_bytes", None)
+        return current_rss_bytes() + (child() if child is not None else 0)
 
     def add_sink(self, sink: ResultSink) -> None:
         """Extra result sinks (e.g. an embedding app's own); they get every evaluated/failed outcome."""

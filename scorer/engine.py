@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 from scorer.config import JudgeConfig
@@ -29,6 +30,24 @@ def pick_reference(query: str, output: str | None, expected_output: str | None) 
     return "query", ""
 
 
+def check_inputs(query: object, contexts: object) -> list[str]:
+    """The sample's contexts as a list, or ValueError naming what is wrong with the input."""
+    if not isinstance(query, str):
+        raise ValueError(f"query: must be a string, got {type(query).__name__}")
+    if contexts is None or isinstance(contexts, (str, bytes)):
+        raise ValueError("contexts: must be a list of strings")
+    try:
+        items = list(contexts)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(f"contexts: must be a list of strings, got {type(contexts).__name__}") from None
+    if not items:
+        raise ValueError(NO_CONTEXT_MESSAGE)
+    bad = [i for i, c in enumerate(items) if not isinstance(c, str)]
+    if bad:
+        raise ValueError(f"contexts: every context must be a string; not at index {bad[:5]}")
+    return items
+
+
 def fingerprint(
     model: str, prompt_version: str, scale: float, reason_mode: str, max_context_chars: int, redact_pii: bool = False
 ) -> str:
@@ -40,6 +59,33 @@ def fingerprint(
         fields["redact"] = True
     blob = json.dumps(fields, sort_keys=True)
     return "cp-" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineIdentity:
+    """What an engine built from a configuration says about itself (score attributes and records),
+    known without building it: a scoring process's parent needs it before the child is up."""
+
+    model: str
+    prompt_version: str
+    annotator_kind: str  # "LLM" | "CODE"
+    fingerprint: str
+    scale: float
+
+
+def engine_identity(config: JudgeConfig, *, scale: float = 1) -> EngineIdentity:
+    """The identity `build_engine(config, scale=scale)` will have."""
+    scale = validate_scale(scale)
+    if config.model.strip().lower() == "local":
+        from scorer.judge.local import LOCAL_PROMPT_VERSION, LocalJudge
+
+        model, prompt_version, kind = "local", LOCAL_PROMPT_VERSION, LocalJudge.annotator_kind
+    else:
+        from scorer.judge.llm import LLMJudge
+
+        model, prompt_version, kind = config.model, LLMJudge.prompt_version, LLMJudge.annotator_kind
+    return EngineIdentity(model, prompt_version, kind, fingerprint(
+        model, prompt_version, scale, config.reason_mode, config.max_context_chars, config.redact_pii), scale)
 
 
 class ContextPrecisionEngine:
@@ -73,16 +119,7 @@ class ContextPrecisionEngine:
         output: str | None = None,
         expected_output: str | None = None,
     ) -> ScoreResult:
-        if not isinstance(query, str):
-            raise ValueError(f"query: must be a string, got {type(query).__name__}")
-        if contexts is None or isinstance(contexts, (str, bytes)):
-            raise ValueError("contexts: must be a list of strings")
-        contexts = list(contexts)
-        if not contexts:
-            raise ValueError(NO_CONTEXT_MESSAGE)
-        bad = [i for i, c in enumerate(contexts) if not isinstance(c, str)]
-        if bad:
-            raise ValueError(f"contexts: every context must be a string; not at index {bad[:5]}")
+        contexts = check_inputs(query, contexts)
         if self.redactor is not None:
             # Before the judge sees anything: the prompt, the verdict cache keys and the
             # llm-mode reason request are all built from the redacted text.

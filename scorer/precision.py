@@ -1,13 +1,14 @@
 """Context precision arithmetic (SPEC.md section 2): MAP over judged relevance, and the
 companion figures computed from the same verdicts. Pure functions, exact arithmetic.
 
-MAP is computed with `Fraction` and rounded with `Decimal` so that a value that is exactly
-half-way (0.125, 0.835) rounds up, and a value that merely prints like one (0.8333...) does not."""
+MAP is computed exactly (integer numerator and denominator, a `Fraction` at the end) and rounded
+in integers, so that a value that is exactly half-way (0.125, 0.835) rounds up, and a value that
+merely prints like one (0.8333...) does not. Integers rather than `Fraction` arithmetic at every
+step and `Decimal` rounding: this runs once per scored sample, and those cost several times more."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, localcontext
 from fractions import Fraction
 from typing import Sequence
 
@@ -30,24 +31,36 @@ def validate_scale(scale: object) -> float:
     return float(scale) if isinstance(scale, float) else scale  # keep ints as ints for display
 
 
-def average_precision(relevance: Sequence[bool]) -> Fraction:
-    """(sum over relevant positions i of relevant_so_far / (i + 1)) / R; 0 when R = 0."""
-    total = Fraction(0)
-    so_far = 0
-    for position, relevant in enumerate(relevance):
+def _average_precision_parts(relevance: Sequence[bool]) -> tuple[int, int]:
+    """MAP as (numerator, denominator), not reduced; (0, 1) when nothing is relevant."""
+    numerator, denominator, so_far = 0, 1, 0
+    for position, relevant in enumerate(relevance, start=1):
         if relevant:
             so_far += 1
-            total += Fraction(so_far, position + 1)
-    return total / so_far if so_far else Fraction(0)
+            # numerator/denominator + so_far/position
+            numerator = numerator * position + so_far * denominator
+            denominator *= position
+    return (numerator, denominator * so_far) if so_far else (0, 1)
+
+
+def average_precision(relevance: Sequence[bool]) -> Fraction:
+    """(sum over relevant positions i of relevant_so_far / (i + 1)) / R; 0 when R = 0."""
+    return Fraction(*_average_precision_parts(relevance))
+
+
+def _round_ratio_half_up(numerator: int, denominator: int, places: int) -> float:
+    """numerator/denominator (denominator > 0) to `places` decimals, ties away from zero."""
+    unit = 10 ** places
+    sign = -1 if numerator < 0 else 1
+    quotient, remainder = divmod(abs(numerator) * unit, denominator)
+    if 2 * remainder >= denominator:
+        quotient += 1
+    return sign * quotient / unit  # int / int is correctly rounded to the nearest float
 
 
 def round_half_up(value: Fraction | float | int, places: int = 2) -> float:
     exact = value if isinstance(value, Fraction) else Fraction(value)
-    with localcontext() as ctx:
-        ctx.prec = 60  # far beyond any MAP denominator we meet; the quantize below decides
-        as_decimal = Decimal(exact.numerator) / Decimal(exact.denominator)
-        rounded = as_decimal.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
-    return float(rounded)
+    return _round_ratio_half_up(exact.numerator, exact.denominator, places)
 
 
 def _exact_scale(scale: float) -> Fraction:
@@ -55,10 +68,18 @@ def _exact_scale(scale: float) -> Fraction:
     return Fraction(repr(scale)) if isinstance(scale, float) else Fraction(scale)
 
 
-def scaled_score(relevance: Sequence[bool], scale: float = 1) -> float:
+def _scaled(parts: tuple[int, int], scale: float) -> float:
     if not scale:
         return 0.0
-    return round_half_up(average_precision(relevance) * _exact_scale(scale))
+    numerator, denominator = parts
+    if isinstance(scale, int):
+        return _round_ratio_half_up(numerator * scale, denominator, 2)
+    exact = _exact_scale(scale)
+    return _round_ratio_half_up(numerator * exact.numerator, denominator * exact.denominator, 2)
+
+
+def scaled_score(relevance: Sequence[bool], scale: float = 1) -> float:
+    return _scaled(_average_precision_parts(relevance), scale)
 
 
 def precision_at_k(relevance: Sequence[bool]) -> float:
@@ -75,11 +96,11 @@ def first_relevant_rank(relevance: Sequence[bool]) -> int | None:
 def summarize(relevance: Sequence[bool], scale: float = 1) -> PrecisionSummary:
     validate_scale(scale)
     flags = [bool(r) for r in relevance]
-    ap = average_precision(flags)
+    parts = _average_precision_parts(flags)
     relevant_count = sum(flags)
     return PrecisionSummary(
-        score=round_half_up(ap * _exact_scale(scale)) if scale else 0.0,
-        average_precision=ap,
+        score=_scaled(parts, scale),
+        average_precision=Fraction(*parts),
         precision_at_k=precision_at_k(flags),
         hit=relevant_count > 0,
         first_relevant_rank=first_relevant_rank(flags),

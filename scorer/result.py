@@ -2,7 +2,7 @@
 can serialise them without knowing how they were made."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 ReferenceKind = Literal["expected_output", "output", "query"]
@@ -16,6 +16,11 @@ class Verdict:
     relevant: bool
     reason: str
     cached: bool = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Results cross a pipe from the scoring process; the default for slotted dataclasses
+        # rebuilds each field through dataclasses.fields(), several times slower.
+        return (Verdict, (self.index, self.relevant, self.reason, self.cached))
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "relevant": self.relevant, "reason": self.reason}
@@ -33,6 +38,9 @@ class JudgeUsage:
     cost_usd: float = 0.0
     latency_ms: float = 0.0
     cached_contexts: int = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (JudgeUsage, tuple(getattr(self, name) for name in _USAGE_FIELDS))
 
     def add_call(self, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_ms: float) -> None:
         self.calls += 1
@@ -62,9 +70,17 @@ class ScoreResult:
     usage: JudgeUsage = field(default_factory=JudgeUsage)
     truncated_contexts: int = 0
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ScoreResult, tuple(getattr(self, name) for name in _RESULT_FIELDS))
+
     @property
     def normalized_score(self) -> float:
         """The score on 0..1, which is what metrics histogram (scale-independent)."""
         if not self.scale:
             return 0.0
         return min(1.0, max(0.0, self.score / self.scale))
+
+
+# Field order = the positional order of each generated __init__ (what __reduce__ relies on).
+_USAGE_FIELDS = tuple(f.name for f in fields(JudgeUsage))
+_RESULT_FIELDS = tuple(f.name for f in fields(ScoreResult))

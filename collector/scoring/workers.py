@@ -69,6 +69,9 @@ class ScoringWorkers:
         self.metrics = metrics
         self.budget = budget
         self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
+        if metrics is not None:
+            # Read at scrape time: setting it on every put and get cost more than the rest of a put.
+            metrics.queue_depth.set_function(self._queue.qsize)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._cancelled = False
@@ -93,17 +96,11 @@ class ScoringWorkers:
             self._queue.put_nowait(retrieval)
         except asyncio.QueueFull:
             return False
-        self._set_depth()
         return True
-
-    def _set_depth(self) -> None:
-        if self.metrics is not None:
-            self.metrics.queue_depth.set(self._queue.qsize())
 
     async def _run(self) -> None:
         while True:
             retrieval = await self._queue.get()
-            self._set_depth()
             self.in_flight += 1
             try:
                 await self._score(retrieval)
@@ -197,4 +194,3 @@ class ScoringWorkers:
             r = self._queue.get_nowait()
             self._queue.task_done()
             self._fail(r, SHUTDOWN, "the sidecar shut down before this retrieval was scored")
-        self._set_depth()

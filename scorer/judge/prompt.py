@@ -48,8 +48,12 @@ REASON_SYSTEM = (
 )
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def data_line(payload: dict[str, Any]) -> str:
-    line = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    line = _DATA_ENCODER.encode(payload)
     for raw, escaped in _LINE_BREAKS.items():
         line = line.replace(raw, escaped)
     return line

@@ -51,6 +51,9 @@ class VerdictParse:
         return ", ".join(parts) or "complete"
 
 
+_DECODER = json.JSONDecoder()  # stateless; building one per answer costs more than decoding it
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The one JSON object in `text` (fenced or surrounded by prose). Raises MalformedAnswer."""
     if not isinstance(text, str) or not text.strip():
@@ -63,7 +66,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
     if start < 0:
         raise MalformedAnswer("the answer holds no JSON object")
     try:
-        obj, end = json.JSONDecoder().raw_decode(body, start)
+        obj, end = _DECODER.raw_decode(body, start)
     except json.JSONDecodeError as exc:
         raise MalformedAnswer(f"the answer's JSON does not parse ({exc.msg} at char {exc.pos})") from None
     except RecursionError:

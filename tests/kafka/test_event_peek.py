@@ -118,3 +118,55 @@ def test_a_run_of_done_offsets_is_one_step_and_waits_behind_an_undone_one() -> N
     p.track(31)
     with pytest.raises(ValueError, match="must increase"):
         p.track_done(31)
+
+
+@pytest.mark.parametrize("delta", [-1, 0, 1])
+@pytest.mark.parametrize("layout", ["first_keys", "other_order", "upper_case"])
+def test_the_threshold_boundary_is_the_samplers_in_every_layout(delta: int, layout: str) -> None:
+    """The common layout compares hex text, the others integers: both must agree with the sampler
+    exactly at the threshold, where a trace is kept iff its low 64 bits are below it."""
+    from collector.sampling.sampler import rate_threshold
+
+    sampler = Sampler(RATE)
+    low = rate_threshold(RATE) + delta
+    trace = "ab" * 8 + f"{low:016x}"
+    event: dict[str, object]
+    if layout == "first_keys":
+        event = {"trace_id": trace, "span_id": trace[:16], "service": "kb-bot", "query": "q", "contexts": ["a"]}
+    elif layout == "other_order":
+        event = {"service": "kb-bot", "query": "q", "trace_id": trace, "contexts": ["a"]}
+    else:
+        trace = trace.upper()
+        event = {"trace_id": trace, "service": "kb-bot", "query": "q", "contexts": ["a"]}
+    keep = sampler.keep_trace(bytes.fromhex(trace), "kb-bot")
+    assert keep == (delta < 0)
+    peek = EventPeek(sampler)
+    for _ in range(2):  # the first sight of a service and the cached one
+        assert peek.unsampled_service(_raw(event)) == (None if keep else "kb-bot")
+
+
+def test_a_batch_is_answered_exactly_as_message_by_message() -> None:
+    """`unsampled_services` (the receiver's batch form) reads the common layout in its own loop;
+    on any mix of layouts, garbage and tombstones it must answer what `unsampled_service` does."""
+    sampler = Sampler(0.3, [SamplingRule(rate=1.0, service="always"), SamplingRule(rate=0.0, service="never")])
+    rnd = random.Random(11)
+    values: list[bytes | None] = []
+    for i in range(2000):
+        trace = f"{rnd.getrandbits(128):032x}"
+        if rnd.random() < 0.1:
+            trace = trace.upper()
+        service = rnd.choice(["kb-bot", "support", "always", "never", "", "ünï", 'quo"te'])
+        layout = rnd.choice([{}, {"separators": (",", ":")}, {"indent": 1}, {"sort_keys": True}])
+        value: bytes | None = _raw(_event(trace, service), **layout)
+        roll = rnd.random()
+        if roll < 0.05:
+            value = None
+        elif roll < 0.1:
+            value = value[: rnd.randrange(len(value))]  # type: ignore[index]
+        elif roll < 0.12:
+            value = bytes(rnd.getrandbits(8) for _ in range(40))
+        values.append(value)
+    one_by_one = EventPeek(sampler)
+    expected = [one_by_one.unsampled_service(v) for v in values]
+    assert EventPeek(sampler).unsampled_services(values) == expected
+    assert 0 < sum(a is not None for a in expected) < len(values)

@@ -117,3 +117,68 @@ def _key_partition(trace_id: str, partitions: int) -> int:
     from aiokafka.partitioner import DefaultPartitioner
 
     return DefaultPartitioner()(trace_id.encode(), list(range(partitions)), list(range(partitions)))
+
+
+class CountingSink(HeldSink):
+    """HeldSink that also takes the head-sampling counts (the receiver has a sampler here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def not_sampled(self, service: str, count: int) -> None:
+        self.dropped += count
+
+
+async def test_back_pressure_inside_a_large_batch_hands_each_kept_event_over_once(
+        broker: Broker, unique_topic: str) -> None:
+    """One partition, a fetch far larger than a hand-over slice, head sampling at 50% and a bound
+    of 15 undecided: the receiver rewinds mid-batch again and again. Every kept event must still
+    reach the sink exactly once, every dropped one be counted once, and the end be committed."""
+    import random
+
+    from collector.sampling.sampler import Sampler
+
+    topic, group = unique_topic, f"g-{unique_topic}"
+    await create_topic(broker.bootstrap, topic, 1)
+    rnd = random.Random(5)
+    events = []
+    for i in range(1500):
+        trace = f"{rnd.getrandbits(128):032x}"
+        events.append({"trace_id": trace, "span_id": trace[:16], "service": "kb-bot", "query": f"q{i}",
+                       "contexts": [f"[relevant] passage for {i}"], "attributes": {"retriever": "kb-v2"}})
+    await produce(broker.bootstrap, topic, ((None, json.dumps(e).encode()) for e in events))
+    sampler = Sampler(0.5)
+    kept = [e["trace_id"] for e in events if sampler.keep_trace(bytes.fromhex(e["trace_id"]), "kb-bot")]
+    assert 600 < len(kept) < 900
+
+    sink = CountingSink()
+    settings = KafkaSettings(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
+                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="").validate()
+    receiver = KafkaReceiver(settings, sink=sink, metrics=Metrics(), sampler=sampler)
+    await receiver.start()
+
+    async def drain() -> None:
+        while True:
+            assert len(sink.held) <= MAX_UNDONE  # the bound holds whatever the fetch size
+            sink.decide()
+            await asyncio.sleep(0.01)
+
+    drainer = asyncio.create_task(drain())
+    try:
+        await _until(lambda: len(sink.seen) >= len(kept) and sink.dropped >= len(events) - len(kept), 60,
+                     "every event to be handed over or counted")
+        await asyncio.sleep(0.6)  # a few commit intervals
+        assert not drainer.done(), drainer.exception() if drainer.done() else None
+    finally:
+        drainer.cancel()
+        await asyncio.gather(drainer, return_exceptions=True)
+        await receiver.stop()
+    assert sink.seen == kept  # each once, in offset order
+    assert sink.dropped == len(events) - len(kept)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        assert await consumer.committed(TopicPartition(topic, 0)) == len(events)
+    finally:
+        await consumer.stop()

@@ -77,3 +77,30 @@ def test_promoting_a_relevant_item_never_lowers_map(flags: list[bool], data: st.
         assert average_precision(promoted) > ap
     if any(flags):
         assert (ap == 1) == (flags[: sum(flags)] == [True] * sum(flags))
+
+
+def _reference_score(flags: list[bool], scale: float) -> float:
+    """The definition, spelled out with Fraction at every step and Decimal rounding (the way the
+    scorer computed it before it moved to integer arithmetic)."""
+    from decimal import ROUND_HALF_UP, Decimal, localcontext
+
+    total, so_far = Fraction(0), 0
+    for position, relevant in enumerate(flags):
+        if relevant:
+            so_far += 1
+            total += Fraction(so_far, position + 1)
+    ap = total / so_far if so_far else Fraction(0)
+    exact = ap * (Fraction(repr(scale)) if isinstance(scale, float) else Fraction(scale))
+    with localcontext() as ctx:
+        ctx.prec = 60
+        value = Decimal(exact.numerator) / Decimal(exact.denominator)
+        return float(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+@given(st.lists(st.booleans(), max_size=40),
+       st.one_of(st.integers(min_value=0, max_value=1000),
+                 st.floats(min_value=0, max_value=1000, allow_nan=False, allow_infinity=False)))
+def test_integer_arithmetic_matches_the_fraction_and_decimal_definition(flags: list[bool], scale: float) -> None:
+    expected = _reference_score(flags, scale)
+    assert scaled_score(flags, scale) == expected
+    assert summarize(flags, scale).score == expected

@@ -1,0 +1,54 @@
+"""Where scoring runs: in the sidecar's own process, or in a scoring process on another core.
+
+`--scoring-process auto` (the default) chooses the scoring process when the sidecar reads Kafka
+and has at least two CPUs to run on: a Kafka consumer keeps its thread busy reading, and the
+judge client's work would otherwise compete with it. For OTLP input the sidecar is usually a
+small container beside the app, so it stays one process. `on` and `off` force the choice.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from collector.config import ServeConfig
+from collector.scoring.engine_process import ProcessEngine
+from scorer.engine import build_engine
+from scorer.judge.chat import RequestObserver
+
+
+def usable_cpus() -> float:
+    """CPUs this process may use: its affinity set, capped by a cgroup CPU quota (containers)."""
+    try:
+        cpus = float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cpus = float(os.cpu_count() or 1)
+    quota = _cgroup_quota()
+    return min(cpus, quota) if quota is not None else cpus
+
+
+def _cgroup_quota() -> float | None:
+    try:  # cgroup v2: "max 100000" or "200000 100000"
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def use_scoring_process(config: ServeConfig, *, cpus: float | None = None) -> bool:
+    if config.scoring_process != "auto":
+        return config.scoring_process == "on"
+    return config.kafka is not None and (usable_cpus() if cpus is None else cpus) >= 2
+
+
+def make_engine(config: ServeConfig, observer: RequestObserver) -> Any:
+    """The scoring engine for `ScoringWorkers`, in or out of process."""
+    if use_scoring_process(config):
+        return ProcessEngine(config.judge, scale=config.scale, observer=observer, log_level=config.log_level)
+    return build_engine(config.judge, scale=config.scale, observer=observer)

@@ -27,9 +27,9 @@ from collector.metrics.registry import Metrics
 from collector.sampling.decide import (
     DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
 from collector.sampling.sampler import Sampler
-from collector.version import VERSION
 from collector.scoring.placement import make_engine
 from collector.scoring.workers import ResultSink, ScoringWorkers
+from collector.version import VERSION
 
 log = logging.getLogger(__name__)
 

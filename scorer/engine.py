@@ -73,10 +73,14 @@ class EngineIdentity:
     scale: float
 
 
+def _is_local(config: JudgeConfig) -> bool:
+    return config.model.strip().lower() == "local"
+
+
 def engine_identity(config: JudgeConfig, *, scale: float = 1) -> EngineIdentity:
     """The identity `build_engine(config, scale=scale)` will have."""
     scale = validate_scale(scale)
-    if config.model.strip().lower() == "local":
+    if _is_local(config):
         from scorer.judge.local import LOCAL_PROMPT_VERSION, LocalJudge
 
         model, prompt_version, kind = "local", LOCAL_PROMPT_VERSION, LocalJudge.annotator_kind
@@ -181,7 +185,7 @@ class ContextPrecisionEngine:
 def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None) -> ContextPrecisionEngine:
     """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient."""
     validate_scale(scale)
-    if config.model.strip().lower() == "local":
+    if _is_local(config):
         from scorer.judge.local import LocalJudge
 
         judge: Judge = LocalJudge(max_context_chars=config.max_context_chars)

@@ -72,8 +72,6 @@ def _scaled(parts: tuple[int, int], scale: float) -> float:
     if not scale:
         return 0.0
     numerator, denominator = parts
-    if isinstance(scale, int):
-        return _round_ratio_half_up(numerator * scale, denominator, 2)
     exact = _exact_scale(scale)
     return _round_ratio_half_up(numerator * exact.numerator, denominator * exact.denominator, 2)
 

@@ -63,7 +63,7 @@ class EventPeek:
         out: list[str | None] = []
         append = out.append
         known = self._services_hex.get
-        general = self.unsampled_service
+        general = self._general
         for value, m in zip(values, map(self._first_keys, [v or b"" for v in values])):
             if m is not None and value[-1] == _CLOSE:  # type: ignore[index]
                 low_hex, raw = m.groups()
@@ -77,15 +77,12 @@ class EventPeek:
 
     def unsampled_service(self, value: bytes | None) -> str | None:
         """The service of a message that head sampling drops, or None: take the full path."""
+        return self.unsampled_services([value])[0]
+
+    def _general(self, value: bytes | None) -> str | None:
+        """Any layout: the two fields found by byte searches (and a service seen for the first time)."""
         if not value or value[0] != _OPEN or value[-1] != _CLOSE:
             return None
-        m = self._first_keys(value)
-        if m is not None:
-            low_hex, raw = m.groups()
-            known_hex = self._services_hex.get(raw)
-            if known_hex is not None:
-                threshold_hex = known_hex[1]
-                return known_hex[0] if threshold_hex is not None and low_hex >= threshold_hex else None
         at = value.find(_TRACE_KEY)
         if at < 0:
             return None

@@ -5,7 +5,7 @@ The first frame carries the judge configuration; the child builds the engine, wa
 answers `("ready",)` (or `("init_failed", message)`). Then, per message:
 
     ("score", id, query, contexts, output, expected_output) -> ("result", id, ScoreResult)
-                                                             or ("error", id, family, kind, message)
+                                                             or ("error", id, kind, message)
     ("cancel", id)                                            -> the score is abandoned, no answer
     ("close",)                                                -> finish: cancel, close, exit
 
@@ -32,13 +32,13 @@ log = logging.getLogger("ctxprec.scoring_process")
 
 
 def error_message(score_id: int, exc: BaseException) -> tuple[Any, ...]:
-    """How a failed score crosses the pipe: JudgeError keeps its kind, ValueError stays an input
-    error, anything else keeps its type name (the error type of the failure record)."""
-    if isinstance(exc, JudgeError):
-        return ("error", score_id, "judge", exc.kind, str(exc))
+    """How a failed score crosses the pipe: a ValueError stays an input error; anything else
+    becomes a JudgeError of the same kind, or named by its type (the failure record's error type,
+    as the in-process workers name it)."""
     if isinstance(exc, ValueError):
-        return ("error", score_id, "value", "invalid_input", str(exc))
-    return ("error", score_id, "other", type(exc).__name__, str(exc) or type(exc).__name__)
+        return ("error", score_id, "value", str(exc))
+    kind = exc.kind if isinstance(exc, JudgeError) else type(exc).__name__
+    return ("error", score_id, kind, str(exc) or type(exc).__name__)
 
 
 class EngineServer:

@@ -67,13 +67,17 @@ class ProcessEngine:
         self.config = config
         self.observer = observer
         self.log_level = log_level
-        self.restarts = 0
+        self._spawned = 0
         self._child: _Child | None = None  # None: no live scoring process
-        self._started_once = False
         self._ids = itertools.count()
         self._start_lock = asyncio.Lock()
         self._last_start = -RESTART_INTERVAL_S
         self._closed = False
+
+    @property
+    def restarts(self) -> int:
+        """Scoring processes started to replace one that stopped."""
+        return max(0, self._spawned - 1)
 
     @property
     def pid(self) -> int | None:
@@ -178,9 +182,7 @@ class ProcessEngine:
             writer.close()
             await _wait_or_kill(proc, CLOSE_TIMEOUT_S)
             raise JudgeError(f"the scoring process could not build the judge: {first}", kind=UNAVAILABLE)
-        if self._started_once:
-            self.restarts += 1
-        self._started_once = True
+        self._spawned += 1
         child = self._child = _Child(proc, outbox)
         child.reader = asyncio.create_task(self._read(child, reader, writer), name="ctxprec-scoring-process")
         log.info("scoring process %d started", proc.pid)
@@ -234,7 +236,7 @@ class ProcessEngine:
             elif op == "error":
                 future = pending.get(message[1])
                 if future is not None and not future.done():
-                    future.set_exception(_rebuild_error(message[2], message[3], message[4]))
+                    future.set_exception(_rebuild_error(message[2], message[3]))
             elif op == "events":
                 if self.observer is not None:
                     for event in message[1]:
@@ -249,11 +251,9 @@ def _fail(child: _Child, message: str, kind: str) -> None:
             future.set_exception(JudgeError(message, kind=kind))
 
 
-def _rebuild_error(family: str, kind: str, message: str) -> Exception:
+def _rebuild_error(kind: str, message: str) -> Exception:
     """The child's error, as the in-process engine would have raised it (see engine_child)."""
-    if family == "value":
-        return ValueError(message)
-    return JudgeError(message, kind=kind)
+    return ValueError(message) if kind == "value" else JudgeError(message, kind=kind)
 
 
 async def _wait_or_kill(proc: asyncio.subprocess.Process, timeout_s: float) -> int | None:

@@ -101,22 +101,34 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: s
     ({"model": "openai/stub", "api_base": "http://127.0.0.1:9/v1", "api_key": "x"}, 10),
 ], ids=["local", "openai-stub", "reason-llm", "redact-pii", "local-redact-pii", "local-scale-10", "stub-scale-10"])
 async def test_identity_known_without_building_matches_the_built_engine(judge: dict[str, Any], scale: float) -> None:
+    def identity_of(x: Any) -> tuple[Any, ...]:
+        return (x.model, x.prompt_version, x.annotator_kind, x.fingerprint, x.scale)
+
     config = JudgeConfig(**judge)
     built = build_engine(config, scale=scale)
     try:
-        want = (built.model, built.prompt_version, built.annotator_kind, built.fingerprint, built.scale)
-        identity = engine_identity(config, scale=scale)
-        assert (identity.model, identity.prompt_version, identity.annotator_kind, identity.fingerprint,
-                identity.scale) == want
+        want = identity_of(built)
+        assert identity_of(engine_identity(config, scale=scale)) == want
         # The parent side says the same before any child exists (the exporters read it at start-up).
         proc = ProcessEngine(config, scale=scale)
-        assert (proc.model, proc.prompt_version, proc.annotator_kind, proc.fingerprint, proc.scale) == want
+        assert identity_of(proc) == want
         assert proc.pid is None
     finally:
         await built.aclose()
 
 
 # --- 2. results ---------------------------------------------------------------------------------
+
+
+async def _in_process_and_in_child(config: JudgeConfig, scale: float) -> tuple[Any, Any]:
+    """`score_all` through the in-process engine and through a ProcessEngine."""
+    local = build_engine(config, scale=scale)
+    remote = ProcessEngine(config, scale=scale)
+    try:
+        return await score_all(local), await score_all(remote)
+    finally:
+        await local.aclose()
+        await remote.aclose()
 
 
 @pytest.mark.parametrize(("judge", "scale"), [
@@ -126,15 +138,7 @@ async def test_identity_known_without_building_matches_the_built_engine(judge: d
 async def test_child_scores_equal_in_process_scores_over_the_stub(make_stub_judge: MakeStub, judge: dict[str, Any],
                                                                  scale: float) -> None:
     stub = await make_stub_judge()
-    config = stub_config(stub, **judge)
-    local = build_engine(config, scale=scale)
-    remote = ProcessEngine(config, scale=scale)
-    try:
-        want = await score_all(local)
-        got = await score_all(remote)
-    finally:
-        await local.aclose()
-        await remote.aclose()
+    want, got = await _in_process_and_in_child(stub_config(stub, **judge), scale)
     # The markers pinned these scores (MAP, two decimals), so an equal-but-wrong pair is still caught.
     pinned = {1: [0.83, 0.5, 0.0, 0.92, 1.0], 10: [8.33, 5.0, 0.0, 9.17, 10.0]}[scale]
     assert [w[0] for w in want] == pinned
@@ -142,15 +146,7 @@ async def test_child_scores_equal_in_process_scores_over_the_stub(make_stub_judg
 
 
 async def test_child_scores_equal_in_process_scores_with_the_local_judge() -> None:
-    config = JudgeConfig(model="local")
-    local = build_engine(config)
-    remote = ProcessEngine(config)
-    try:
-        want = await score_all(local)
-        got = await score_all(remote)
-    finally:
-        await local.aclose()
-        await remote.aclose()
+    want, got = await _in_process_and_in_child(JudgeConfig(model="local"), 1)
     assert got == want
     assert any(w[0] > 0 for w in want) and any(w[0] == 0 for w in want)  # not all the same answer
 

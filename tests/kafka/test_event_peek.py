@@ -147,7 +147,8 @@ def test_the_threshold_boundary_is_the_samplers_in_every_layout(delta: int, layo
 
 def test_a_batch_is_answered_exactly_as_message_by_message() -> None:
     """`unsampled_services` (the receiver's batch form) reads the common layout in its own loop;
-    on any mix of layouts, garbage and tombstones it must answer what `unsampled_service` does."""
+    on any mix of layouts, garbage and tombstones it must answer what the general byte search
+    (`_general`, which knows no layout) answers message by message."""
     sampler = Sampler(0.3, [SamplingRule(rate=1.0, service="always"), SamplingRule(rate=0.0, service="never")])
     rnd = random.Random(11)
     values: list[bytes | None] = []
@@ -167,6 +168,6 @@ def test_a_batch_is_answered_exactly_as_message_by_message() -> None:
             value = bytes(rnd.getrandbits(8) for _ in range(40))
         values.append(value)
     one_by_one = EventPeek(sampler)
-    expected = [one_by_one.unsampled_service(v) for v in values]
+    expected = [one_by_one._general(v) for v in values]
     assert EventPeek(sampler).unsampled_services(values) == expected
     assert 0 < sum(a is not None for a in expected) < len(values)

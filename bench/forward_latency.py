@@ -32,11 +32,11 @@ SAMPLE_RATE = 0.01
 
 def _sidecar(http_port: int, forward_to: str) -> None:
     async def serve() -> None:
-        from collector.assembly.ingest import OtlpIngest
-        from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
-        from collector.metrics.registry import Metrics
-        from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
-        from collector.sampling.sampler import Sampler
+        from ctxprec.collector.assembly.ingest import OtlpIngest
+        from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+        from ctxprec.collector.metrics.registry import Metrics
+        from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+        from ctxprec.collector.sampling.sampler import Sampler
 
         metrics = Metrics()
         forwarder = SpanForwarder(ForwarderSettings(forward_to), metrics=metrics)
@@ -78,7 +78,7 @@ class Downstream:
 
 
 def build_requests(n: int, seed: int) -> list[tuple[bytes, list[bytes]]]:
-    from collector.sampling.sampler import Sampler
+    from ctxprec.collector.sampling.sampler import Sampler
 
     keep = Sampler(SAMPLE_RATE).keep_trace
     rng = random.Random(seed)

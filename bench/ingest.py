@@ -186,7 +186,7 @@ class _DecidingSink:
 
     def submit(self, retrieval: Any) -> None:
         self.submitted += 1
-        from collector.model import Decision
+        from ctxprec.collector.model import Decision
 
         retrieval.on_decided(Decision.EVALUATED, {"gen_ai.evaluation.score.value": 0.5})
 
@@ -207,11 +207,11 @@ def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
 
 
 async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
-    from collector.assembly.ingest import IngestSettings, OtlpIngest
-    from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
-    from collector.metrics.registry import Metrics
-    from collector.receivers.otlp_decode import decode_with_raw
-    from collector.sampling.sampler import Sampler
+    from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+    from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+    from ctxprec.collector.metrics.registry import Metrics
+    from ctxprec.collector.receivers.otlp_decode import decode_with_raw
+    from ctxprec.collector.sampling.sampler import Sampler
 
     rates = []
     wall_rates = []

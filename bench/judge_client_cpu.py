@@ -56,7 +56,7 @@ def sample_messages() -> list[dict[str, str]]:
 def start_stub(latency_ms: float) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.stub_judge", "--port", "0", "--latency-ms", str(latency_ms)],
+        [sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", "0", "--latency-ms", str(latency_ms)],
         stdout=subprocess.PIPE, text=True, env=env,
     )
     line = proc.stdout.readline() if proc.stdout else ""
@@ -82,10 +82,10 @@ async def drive(call: Callable[[], Awaitable[Any]], n: int, concurrency: int) ->
 
 
 async def measure(url: str, calls: int, litellm_calls: int, rounds: int, profile: bool) -> dict[str, Any]:
-    from scorer.config import JudgeConfig
-    from scorer.judge.chat import ChatMessage
-    from scorer.judge.factory import make_chat_client
-    from scorer.judge.transport_litellm import import_litellm
+    from ctxprec.scorer.config import JudgeConfig
+    from ctxprec.scorer.judge.chat import ChatMessage
+    from ctxprec.scorer.judge.factory import make_chat_client
+    from ctxprec.scorer.judge.transport_litellm import import_litellm
 
     raw_messages = sample_messages()
     chat_messages = [ChatMessage(m["role"], m["content"]) for m in raw_messages]

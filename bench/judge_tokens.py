@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collector.stub_judge import StubJudge, StubSettings
-from scorer import JudgeConfig, build_engine
-from scorer.judge.local_eval import load_cases
+from ctxprec.collector.stub_judge import StubJudge, StubSettings
+from ctxprec.scorer import JudgeConfig, build_engine
+from ctxprec.scorer.judge.local_eval import load_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10

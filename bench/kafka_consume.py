@@ -79,8 +79,8 @@ async def ctxprec_rate(bootstrap: str, topic: str, n: int, judge_url: str, *, sa
                        results_topic: str | None) -> dict[str, Any]:
     import argparse as _argparse
 
-    from collector import config as config_module
-    from collector.serve import serve
+    from ctxprec.collector import config as config_module
+    from ctxprec.collector.serve import serve
 
     parser = _argparse.ArgumentParser()
     config_module.add_arguments(parser)
@@ -121,7 +121,7 @@ async def ctxprec_rate(bootstrap: str, topic: str, n: int, judge_url: str, *, sa
 
 
 def start_stub_judge() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "collector.stub_judge", "--port", "0"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", "0"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()  # "stub judge listening on http://127.0.0.1:PORT/v1"

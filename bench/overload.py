@@ -171,11 +171,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     capacity = args.workers / (args.latency_ms / 1000)
     judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    judge = subprocess.Popen([sys.executable, "-m", "collector.stub_judge", "--port", str(judge_port),
+    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port),
                               "--latency-ms", str(args.latency_ms)], env=env, cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sidecar = subprocess.Popen(
-        [sys.executable, "-m", "collector.serve", "--otlp-grpc", "off", "--otlp-http", f"127.0.0.1:{http_port}",
+        [sys.executable, "-m", "ctxprec.collector.serve", "--otlp-grpc", "off", "--otlp-http", f"127.0.0.1:{http_port}",
          "--metrics", f"127.0.0.1:{metrics_port}", "--judge-model", "openai/stub",
          "--judge-api-base", f"http://127.0.0.1:{judge_port}/v1", "--judge-api-key", "bench",
          "--workers", str(args.workers), "--judge-concurrency", str(args.workers), "--queue-size", str(args.queue_size),

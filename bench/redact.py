@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from scorer.redact import redact
+from ctxprec.scorer.redact import redact
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024

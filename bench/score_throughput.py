@@ -165,7 +165,7 @@ def run_ctxprec(url: str, events: Path, count: int, concurrency: int) -> Run:
 
 def start_stub(latency_ms: float) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.stub_judge", "--port", "0", "--latency-ms", str(latency_ms)],
+        [sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", "0", "--latency-ms", str(latency_ms)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from collector.cli_env import EnvError, apply_env_defaults, env_name, long_option
+from ctxprec.collector.cli_env import EnvError, apply_env_defaults, env_name, long_option
 
 PROG = "ctxprec"
 
@@ -25,11 +25,11 @@ class Subcommand:
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("serve", "collector.serve", "run the sidecar: OTLP/Kafka in, scores and metrics out"),
-    Subcommand("score", "scorer.batch", "score a JSONL file of RAG events, write score records"),
-    Subcommand("report", "scorer.report", "render score records as one self-contained HTML report"),
-    Subcommand("demo", "collector.demo", "a synthetic RAG app scored live, in the terminal"),
-    Subcommand("stub-judge", "collector.stub_judge", "an OpenAI-compatible deterministic judge for dry runs"),
+    Subcommand("serve", "ctxprec.collector.serve", "run the sidecar: OTLP/Kafka in, scores and metrics out"),
+    Subcommand("score", "ctxprec.scorer.batch", "score a JSONL file of RAG events, write score records"),
+    Subcommand("report", "ctxprec.scorer.report", "render score records as one self-contained HTML report"),
+    Subcommand("demo", "ctxprec.collector.demo", "a synthetic RAG app scored live, in the terminal"),
+    Subcommand("stub-judge", "ctxprec.collector.stub_judge", "an OpenAI-compatible deterministic judge for dry runs"),
 )
 _BY_NAME = {s.name: s for s in SUBCOMMANDS}
 

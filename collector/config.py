@@ -18,12 +18,12 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from collector.assembly.conventions import ALL_CONVENTIONS, AttributeMapping, ConventionConfig
-from collector.metrics.drift import DriftSettings
-from collector.receivers import kafka_config
-from collector.receivers.kafka_config import KafkaConfigError, KafkaSettings
-from collector.sampling.sampler import SamplingRule
-from scorer.config import JudgeConfig
+from ctxprec.collector.assembly.conventions import ALL_CONVENTIONS, AttributeMapping, ConventionConfig
+from ctxprec.collector.metrics.drift import DriftSettings
+from ctxprec.collector.receivers import kafka_config
+from ctxprec.collector.receivers.kafka_config import KafkaConfigError, KafkaSettings
+from ctxprec.collector.sampling.sampler import SamplingRule
+from ctxprec.scorer.config import JudgeConfig
 
 ENV_PREFIX = "CTXPREC_"
 WRITE_BACK_MODES = ("span", "evaluator")

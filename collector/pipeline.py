@@ -18,18 +18,18 @@ import logging
 import time
 from typing import Any
 
-from collector.config import ServeConfig
-from collector.exporters.attributes import ScorerIdentity
-from collector.metrics.drift import DriftMonitor, MetricsSink
-from collector.metrics.http import JudgeReachable, MetricsServer
-from collector.metrics.judge import JudgeMetricsObserver
-from collector.metrics.registry import Metrics
-from collector.sampling.decide import (
+from ctxprec.collector.config import ServeConfig
+from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
+from ctxprec.collector.metrics.judge import JudgeMetricsObserver
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.sampling.decide import (
     DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
-from collector.sampling.sampler import Sampler
-from collector.scoring.placement import make_engine
-from collector.scoring.workers import ResultSink, ScoringWorkers
-from collector.version import VERSION
+from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.collector.scoring.placement import make_engine
+from ctxprec.collector.scoring.workers import ResultSink, ScoringWorkers
+from ctxprec.collector.version import VERSION
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +88,14 @@ class Pipeline:
         if c.forward_to is None:
             return
         if c.write_back == "span":
-            from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+            from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
 
             self.forwarder = SpanForwarder(
                 ForwarderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
                                   key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
                 metrics=self.metrics)
         else:
-            from collector.exporters.evaluator import EvaluatorExporter
+            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
 
             self.evaluator = EvaluatorExporter(c.forward_to, metrics=self.metrics, ca_file=c.forward_ca_file,
                                                cert_file=c.forward_cert_file, key_file=c.forward_key_file,
@@ -103,8 +103,8 @@ class Pipeline:
             self.add_sink(self.evaluator)
 
     def _build_ingest(self) -> Any:
-        from collector.assembly.ingest import IngestSettings, OtlpIngest
-        from collector.assembly.trace_buffer import BufferSettings
+        from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+        from ctxprec.collector.assembly.trace_buffer import BufferSettings
 
         c = self.config
         settings = IngestSettings(
@@ -115,7 +115,7 @@ class Pipeline:
                           settings=settings, forwarder=self.forwarder)
 
     def _receiver_security(self) -> Any:
-        from collector.receivers.otlp_security import ReceiverSecurity
+        from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 
         c = self.config
         return ReceiverSecurity(bearer_token=c.receiver_auth_token, tls_cert_file=c.receiver_tls_cert,
@@ -128,13 +128,13 @@ class Pipeline:
             return receivers
         security = self._receiver_security()
         if c.otlp_grpc is not None:
-            from collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
+            from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
 
             host, port = c.otlp_grpc
             receivers.append(OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=GrpcReceiverSettings(
                 host=host, port=port, max_bytes=c.max_request_bytes, security=security)))
         if c.otlp_http is not None:
-            from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+            from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
 
             host, port = c.otlp_http
             receivers.append(OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=HttpReceiverSettings(
@@ -146,11 +146,11 @@ class Pipeline:
         if settings is None:
             return
         settings = settings.with_queue_size(self.config.queue_size)
-        from collector.receivers.kafka import KafkaReceiver
+        from ctxprec.collector.receivers.kafka import KafkaReceiver
 
         barrier = None
         if settings.results_topic:
-            from collector.exporters.kafka_results import KafkaResultsExporter
+            from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
 
             self.kafka_results = KafkaResultsExporter(settings, self.metrics)
             self.add_sink(self.kafka_results)

@@ -15,9 +15,9 @@ import signal
 import sys
 from typing import Callable
 
-from collector import config as config_module
-from collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig
-from collector.pipeline import Pipeline
+from ctxprec.collector import config as config_module
+from ctxprec.collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig
+from ctxprec.collector.pipeline import Pipeline
 
 log = logging.getLogger("ctxprec.serve")
 

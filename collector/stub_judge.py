@@ -43,7 +43,7 @@ with a JSON object changes latency and fault settings at run time (chaos tests) 
 `{"reset_stats": true}` zeroes the counters. `GET /healthz` answers `ok`.
 
 In-process use (tests): `stub = StubJudge(StubSettings(...)); await stub.start(); stub.url`
-(ends in `/v1`); `await stub.stop()`. Own process: `python -m collector.stub_judge --port P`.
+(ends in `/v1`); `await stub.stop()`. Own process: `python -m ctxprec.collector.stub_judge --port P`.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ from typing import Any
 
 from aiohttp import web
 
-from scorer.batch import non_negative_float
-from scorer.judge.prompt import BEGIN_DATA, END_DATA
+from ctxprec.scorer.batch import non_negative_float
+from ctxprec.scorer.judge.prompt import BEGIN_DATA, END_DATA
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
 DEFAULT_MODEL = "ctxprec-stub-judge"

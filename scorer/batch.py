@@ -19,11 +19,11 @@ from typing import IO, Any, Awaitable, Callable, Iterable, Iterator
 
 # Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
 # these cost nothing extra; litellm and the transports stay lazy inside build_engine.
-from scorer.config import JudgeConfig
-from scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
-from scorer.events import EventError, RagEvent, parse_rag_event_line
-from scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
-from scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
+from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event_line
+from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
+from ctxprec.scorer.records import failure_record, record_id, score_record
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16

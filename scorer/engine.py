@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from scorer.config import JudgeConfig
-from scorer.judge.base import Judge
-from scorer.judge.chat import RequestObserver
-from scorer.precision import summarize, validate_scale
-from scorer.reason import build_reason
-from scorer.redact import Redactor
-from scorer.result import ReferenceKind, ScoreResult
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.judge.base import Judge
+from ctxprec.scorer.judge.chat import RequestObserver
+from ctxprec.scorer.precision import summarize, validate_scale
+from ctxprec.scorer.reason import build_reason
+from ctxprec.scorer.redact import Redactor
+from ctxprec.scorer.result import ReferenceKind, ScoreResult
 
 NO_CONTEXT_MESSAGE = "No context available for evaluation"
 
@@ -81,11 +81,11 @@ def engine_identity(config: JudgeConfig, *, scale: float = 1) -> EngineIdentity:
     """The identity `build_engine(config, scale=scale)` will have."""
     scale = validate_scale(scale)
     if _is_local(config):
-        from scorer.judge.local import LOCAL_PROMPT_VERSION, LocalJudge
+        from ctxprec.scorer.judge.local import LOCAL_PROMPT_VERSION, LocalJudge
 
         model, prompt_version, kind = "local", LOCAL_PROMPT_VERSION, LocalJudge.annotator_kind
     else:
-        from scorer.judge.llm import LLMJudge
+        from ctxprec.scorer.judge.llm import LLMJudge
 
         model, prompt_version, kind = config.model, LLMJudge.prompt_version, LLMJudge.annotator_kind
     return EngineIdentity(model, prompt_version, kind, fingerprint(
@@ -186,12 +186,12 @@ def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObse
     """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient."""
     validate_scale(scale)
     if _is_local(config):
-        from scorer.judge.local import LocalJudge
+        from ctxprec.scorer.judge.local import LocalJudge
 
         judge: Judge = LocalJudge(max_context_chars=config.max_context_chars)
     else:
-        from scorer.judge.factory import make_chat_client
-        from scorer.judge.llm import LLMJudge
+        from ctxprec.scorer.judge.factory import make_chat_client
+        from ctxprec.scorer.judge.llm import LLMJudge
 
         judge = LLMJudge(make_chat_client(config, observer), config)
     return ContextPrecisionEngine(

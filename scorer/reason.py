@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from scorer.precision import PrecisionSummary
-from scorer.result import ReferenceKind, Verdict
+from ctxprec.scorer.precision import PrecisionSummary
+from ctxprec.scorer.result import ReferenceKind, Verdict
 
 QUOTED_REASONS = 3  # per side (relevant / not relevant)
 REASON_CHARS = 170

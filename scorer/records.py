@@ -7,7 +7,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from scorer.result import JudgeUsage, ScoreResult
+from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 # The order of the keys is part of the format: consumers diff and grep these lines.
 RECORD_FIELDS: tuple[str, ...] = (

@@ -8,11 +8,11 @@ import asyncio
 import inspect
 from typing import Any, Awaitable, Callable, Sequence, Union
 
-from scorer.config import JudgeConfig
-from scorer.engine import ContextPrecisionEngine, build_engine
-from scorer.judge.chat import RequestObserver
-from scorer.precision import validate_scale
-from scorer.result import ScoreResult
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import ContextPrecisionEngine, build_engine
+from ctxprec.scorer.judge.chat import RequestObserver
+from ctxprec.scorer.precision import validate_scale
+from ctxprec.scorer.result import ScoreResult
 
 ContextExtractor = Callable[[Any, Any], Union[Sequence[Any], Awaitable[Sequence[Any]]]]
 

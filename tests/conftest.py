@@ -5,7 +5,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from collector.stub_judge import StubJudge, StubSettings
+from ctxprec.collector.stub_judge import StubJudge, StubSettings
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from collector.assembly.spans import SpanRecord
-from collector.model import Retrieval, RetrievedContext
+from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.model import Retrieval, RetrievedContext
 
 OPENINFERENCE = "openinference"
 GENAI = "genai"

@@ -30,7 +30,7 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.assembly.conventions import (
+from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
     ConventionConfig,
@@ -39,12 +39,12 @@ from collector.assembly.conventions import (
     is_genai_retrieval,
     is_openinference_retrieval,
 )
-from collector.assembly.markers import MarkerScanner
-from collector.assembly.spans import service_name, set_attributes, span_record
-from collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
-from collector.assembly.wire import remove_spans, resource_ranges
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval
+from ctxprec.collector.assembly.markers import MarkerScanner
+from ctxprec.collector.assembly.spans import service_name, set_attributes, span_record
+from ctxprec.collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
+from ctxprec.collector.assembly.wire import remove_spans, resource_ranges
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import Sequence
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from collector.assembly.conventions import (
+from ctxprec.collector.assembly.conventions import (
     GENAI,
     GENAI_OPERATION,
     MAPPING,
@@ -40,7 +40,7 @@ from collector.assembly.conventions import (
     OPENLLMETRY,
     TRACELOOP_OUTPUT,
 )
-from collector.assembly.wire import encode_varint
+from ctxprec.collector.assembly.wire import encode_varint
 
 _SPAN_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
 LOOK = "look"  # a marker that only says: decode these spans and match them one by one

@@ -14,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from collector.assembly.spans import SpanRecord
-from collector.metrics.registry import Metrics
+from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.metrics.registry import Metrics
 
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"

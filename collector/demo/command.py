@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from collector.demo.synthetic_app import AppConfig, EmittedTrace, SyntheticRagApp
-from collector.demo.view import ServiceRow, Snapshot, Tally, render
+from ctxprec.collector.demo.synthetic_app import AppConfig, EmittedTrace, SyntheticRagApp
+from ctxprec.collector.demo.view import ServiceRow, Snapshot, Tally, render
 
 log = logging.getLogger("ctxprec.demo")
 
@@ -66,14 +66,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config(metrics: str) -> Any:
-    from collector import config as config_module
+    from ctxprec.collector import config as config_module
 
     return config_module.load(None, environ={}, file_values={**DEMO_SETTINGS, "metrics.listen": metrics})
 
 
 async def _start_sidecar(metrics: str, tally: Tally) -> tuple[Any, asyncio.Task[None], asyncio.Event]:
     """Start `serve` in this loop; when the metrics port is taken, retry on a free port."""
-    from collector.serve import serve
+    from ctxprec.collector.serve import serve
 
     for listen in (metrics, f"{metrics.rpartition(':')[0]}:0"):
         holder: dict[str, Any] = {}

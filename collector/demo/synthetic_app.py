@@ -14,7 +14,7 @@ by off-topic ones, so context precision falls from about 0.9 to about 0.4.
                                     degrade_after=5))
     stats = await app.run()        # or app.emit() for one trace; app.shutdown() when done
 
-Command line (the compose example uses it): `python -m collector.demo.synthetic_app --help`.
+Command line (the compose example uses it): `python -m ctxprec.collector.demo.synthetic_app --help`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from collector.demo.corpus import SERVICES, Document, Question, off_topic_pool, questions_for
+from ctxprec.collector.demo.corpus import SERVICES, Document, Question, off_topic_pool, questions_for
 
 # Retriever name per service: the `retriever` label of the precision metrics.
 RETRIEVERS: dict[str, str] = {"support-bot": "kb-vector", "docs-search": "docs-bm25"}
@@ -328,7 +328,7 @@ class SyntheticRagApp:
 
 
 def _parse(argv: Sequence[str] | None) -> AppConfig:
-    parser = argparse.ArgumentParser(prog="python -m collector.demo.synthetic_app",
+    parser = argparse.ArgumentParser(prog="python -m ctxprec.collector.demo.synthetic_app",
                                      description="Send synthetic RAG traces over OTLP.")
     parser.add_argument("--endpoint", default="http://127.0.0.1:4318", help="OTLP endpoint (default %(default)s)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")

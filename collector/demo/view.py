@@ -9,10 +9,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from collector.model import Decision
+from ctxprec.collector.model import Decision
 
 if TYPE_CHECKING:
-    from collector.scoring.workers import ScoreOutcome
+    from ctxprec.collector.scoring.workers import ScoreOutcome
 
 WINDOW_S = 5.0
 

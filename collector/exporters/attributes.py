@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from scorer.result import ScoreResult
+from ctxprec.scorer.result import ScoreResult
 
 EVALUATION_NAME = "context_precision"
 

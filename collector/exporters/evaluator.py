@@ -24,12 +24,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from collector.metrics.registry import Metrics
-from collector.model import Decision
-from collector.version import VERSION
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision
+from ctxprec.collector.version import VERSION
 
 if TYPE_CHECKING:
-    from collector.scoring.workers import ScoreOutcome
+    from ctxprec.collector.scoring.workers import ScoreOutcome
 
 log = logging.getLogger(__name__)
 

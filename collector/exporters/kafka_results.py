@@ -20,9 +20,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from collector.metrics.registry import Metrics
-from collector.receivers.kafka_config import KafkaSettings
-from collector.receivers.kafka_offsets import SequenceTracker
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.kafka_config import KafkaSettings
+from ctxprec.collector.receivers.kafka_offsets import SequenceTracker
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import aiohttp.payload
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from collector.metrics.children import Children
-from collector.metrics.registry import Metrics, rank_label
-from collector.model import Decision
+from ctxprec.collector.metrics.children import Children
+from ctxprec.collector.metrics.registry import Metrics, rank_label
+from ctxprec.collector.model import Decision
 
 if TYPE_CHECKING:
-    from collector.scoring.workers import ScoreOutcome
+    from ctxprec.collector.scoring.workers import ScoreOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The judge's `RequestObserver`: one `RequestEvent` per HTTP attempt -> the judge_* metrics."""
 from __future__ import annotations
 
-from collector.metrics.children import Children
-from collector.metrics.registry import Metrics
-from scorer.judge.chat import RequestEvent
+from ctxprec.collector.metrics.children import Children
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.scorer.judge.chat import RequestEvent
 
 
 class JudgeMetricsObserver:

@@ -9,7 +9,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from collector.version import VERSION
+from ctxprec.collector.version import VERSION
 
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -52,15 +52,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from collector.metrics.registry import Metrics
-from collector.model import PendingAck
-from collector.receivers.kafka_config import KafkaSettings
-from collector.receivers.kafka_dlq import DeadLetterWriter
-from collector.receivers.kafka_event_peek import EventPeek
-from collector.receivers.kafka_messages import (
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import PendingAck
+from ctxprec.collector.receivers.kafka_config import KafkaSettings
+from ctxprec.collector.receivers.kafka_dlq import DeadLetterWriter
+from ctxprec.collector.receivers.kafka_event_peek import EventPeek
+from ctxprec.collector.receivers.kafka_messages import (
     MessageError, check_size, decode_otlp, load_json, parse_event, retrieval_from_event)
-from collector.receivers.kafka_offsets import PartitionOffsets
-from collector.sampling.sampler import Sampler
+from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets
+from ctxprec.collector.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
 

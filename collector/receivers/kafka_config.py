@@ -200,7 +200,7 @@ def from_mapping(values: Mapping[str, Any]) -> KafkaSettings | None:
 def _convert(key: str, value: Any, kind: type) -> Any:
     # The converters every other `ctxprec serve` setting goes through (imported here: config.py
     # imports this module), so that Kafka numbers are refused the same way (not truncated, not NaN).
-    from collector.config import boolean, parse_number
+    from ctxprec.collector.config import boolean, parse_number
 
     try:
         if kind is bool:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
-from collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from collector.sampling.sampler import Sampler, rate_threshold
+from ctxprec.collector.sampling.sampler import Sampler, rate_threshold
 
 _MAX_CACHED_SERVICES = 10_000
 _TRACE_KEY = b'"trace_id"'

@@ -14,9 +14,9 @@ import hashlib
 import json
 from typing import Any
 
-from collector.model import Retrieval, RetrievedContext
-from collector.receivers.otlp_decode import DecodeError, decode_export_request
-from scorer.events import EventError, RagEvent, parse_rag_event, parse_rfc3339
+from ctxprec.collector.model import Retrieval, RetrievedContext
+from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_export_request
+from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event, parse_rfc3339
 
 _CONTENT_TYPES = {"otlp_proto": "application/x-protobuf", "otlp_json": "application/json"}
 

@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.metrics.registry import Metrics
-from collector.receivers.otlp_decode import DecodeError, decode_with_raw
-from collector.receivers.otlp_http import IngestTarget
-from collector.receivers.otlp_security import ReceiverSecurity
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
+from ctxprec.collector.receivers.otlp_http import IngestTarget
+from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector.metrics.registry import Metrics
-from collector.receivers.otlp_decode import DecodeError, decode_with_raw, is_json, media_type
-from collector.receivers.otlp_security import ReceiverSecurity
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw, is_json, media_type
+from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Protocol
 
-from collector.metrics.children import Children
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval
-from collector.sampling.sampler import Sampler
+from ctxprec.collector.metrics.children import Children
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The scoring process: runs the scoring engine for its parent sidecar, over a socketpair.
 
-Started by `engine_process.ProcessEngine` as `python -m collector.scoring.engine_child --fd N`.
+Started by `engine_process.ProcessEngine` as `python -m ctxprec.collector.scoring.engine_child --fd N`.
 The first frame carries the judge configuration; the child builds the engine, warms it up and
 answers `("ready",)` (or `("init_failed", message)`). Then, per message:
 
@@ -24,9 +24,9 @@ import socket
 import sys
 from typing import Any
 
-from collector.scoring.frames import FrameError, Outbox, read_frame
-from scorer.engine import build_engine
-from scorer.judge.chat import JudgeError, RequestEvent
+from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
+from ctxprec.scorer.engine import build_engine
+from ctxprec.scorer.judge.chat import JudgeError, RequestEvent
 
 log = logging.getLogger("ctxprec.scoring_process")
 
@@ -139,7 +139,7 @@ async def serve_fd(fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="collector.scoring.engine_child", description=__doc__)
+    parser = argparse.ArgumentParser(prog="ctxprec.collector.scoring.engine_child", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="the socketpair end inherited from the sidecar")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)

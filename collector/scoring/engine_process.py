@@ -6,7 +6,7 @@ second keeps that thread busy, and every score costs it about a quarter of a mil
 another core; the sidecar only pickles the sample and unpickles the result.
 
 `score`, `warm_up`, `aclose` and the identity attributes (`model`, `prompt_version`,
-`annotator_kind`, `fingerprint`, `scale`) are those of `scorer.engine.ContextPrecisionEngine`,
+`annotator_kind`, `fingerprint`, `scale`) are those of `ctxprec.scorer.engine.ContextPrecisionEngine`,
 so `ScoringWorkers` and the exporters cannot tell the difference. Judge request events come back
 over the pipe and reach the same observer (the judge_* metrics). Input errors are raised here,
 before anything crosses the pipe.
@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from collector.scoring.frames import FrameError, Outbox, read_frame
-from scorer.config import JudgeConfig
-from scorer.engine import check_inputs, engine_identity
-from scorer.judge.chat import JudgeError, RequestObserver
-from scorer.result import ScoreResult
+from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import check_inputs, engine_identity
+from ctxprec.scorer.judge.chat import JudgeError, RequestObserver
+from ctxprec.scorer.result import ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class ProcessEngine:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "collector.scoring.engine_child", "--fd", str(child_end.fileno()),
+                sys.executable, "-m", "ctxprec.collector.scoring.engine_child", "--fd", str(child_end.fileno()),
                 "--log-level", self.log_level, pass_fds=(child_end.fileno(),), stdin=asyncio.subprocess.DEVNULL,
                 env=env)
         except BaseException:

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from collector.config import ServeConfig
-from collector.scoring.engine_process import ProcessEngine
-from scorer.engine import build_engine
-from scorer.judge.chat import RequestObserver
+from ctxprec.collector.config import ServeConfig
+from ctxprec.collector.scoring.engine_process import ProcessEngine
+from ctxprec.scorer.engine import build_engine
+from ctxprec.scorer.judge.chat import RequestObserver
 
 
 def usable_cpus() -> float:

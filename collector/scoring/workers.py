@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol, Sequence
 
-from collector.exporters.attributes import ScorerIdentity, failure_attributes, score_attributes
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval
-from collector.sampling.decide import DailyBudget, DecisionRecorder
-from scorer.judge.chat import JudgeError
-from scorer.records import failure_record, record_id, score_record
-from scorer.result import ScoreResult
+from ctxprec.collector.exporters.attributes import ScorerIdentity, failure_attributes, score_attributes
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.sampling.decide import DailyBudget, DecisionRecorder
+from ctxprec.scorer.judge.chat import JudgeError
+from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.result import ScoreResult
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from scorer.result import JudgeUsage, ReferenceKind, Verdict
+from ctxprec.scorer.result import JudgeUsage, ReferenceKind, Verdict
 
 
 @dataclass(slots=True)

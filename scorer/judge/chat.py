@@ -1,7 +1,7 @@
 """The seam between judging logic and the wire: one chat completion in, text and usage out.
 
 `ChatClient` implementations own transport, limits, retries and the circuit breaker; the judge
-(`scorer.judge.llm`) owns prompts, parsing, batching and the cache."""
+(`ctxprec.scorer.judge.llm`) owns prompts, parsing, batching and the cache."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from scorer.config import JudgeConfig
-from scorer.judge.chat import (
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.judge.chat import (
     ChatMessage,
     ChatResponse,
     JudgeBadResponse,
@@ -30,7 +30,7 @@ from scorer.judge.chat import (
     RequestEvent,
     RequestObserver,
 )
-from scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter
+from ctxprec.scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def model_prices(model: str) -> tuple[float, float]:
 
 
 def _litellm_prices(model: str) -> tuple[float, float]:
-    from scorer.judge.transport_litellm import import_litellm
+    from ctxprec.scorer.judge.transport_litellm import import_litellm
 
     try:
         litellm = import_litellm()

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from scorer.config import JudgeConfig
-from scorer.judge.chat import ChatClient, RequestObserver
-from scorer.judge.client import LimitedChatClient
-from scorer.judge.transport_litellm import LiteLLMTransport, import_litellm
-from scorer.judge.transport_openai import OpenAIDirectTransport
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.judge.chat import ChatClient, RequestObserver
+from ctxprec.scorer.judge.client import LimitedChatClient
+from ctxprec.scorer.judge.transport_litellm import LiteLLMTransport, import_litellm
+from ctxprec.scorer.judge.transport_openai import OpenAIDirectTransport
 
 OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
 # Prefixes known to be OpenAI-compatible without asking litellm (keeps litellm's multi-second

@@ -13,7 +13,7 @@ from datetime import timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable
 
-from scorer.judge.chat import JudgeUnavailable
+from ctxprec.scorer.judge.chat import JudgeUnavailable
 
 Clock = Callable[[], float]
 

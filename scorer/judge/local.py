@@ -16,7 +16,7 @@ What it cannot judge. Paraphrase and synonyms beyond stemming ("car" vs "vehicle
 several sentences, and other languages than English (words still match, but stopwords and
 stemming are English). It is a lexical baseline for demos and air-gapped runs, not a substitute
 for an LLM judge. Measured agreement with a careful human's labels on the 46 cases / 231
-contexts of `local_cases.jsonl`: run `python -m scorer.judge.local_eval` (docs/LOCAL_JUDGE.md
+contexts of `local_cases.jsonl`: run `python -m ctxprec.scorer.judge.local_eval` (docs/LOCAL_JUDGE.md
 records the figure)."""
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from scorer.judge.base import JudgeOutcome, truncate
-from scorer.result import JudgeUsage, ReferenceKind, Verdict
+from ctxprec.scorer.judge.base import JudgeOutcome, truncate
+from ctxprec.scorer.result import JudgeUsage, ReferenceKind, Verdict
 
 LOCAL_PROMPT_VERSION = "local-lexical-v1"
 

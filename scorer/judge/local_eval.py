@@ -1,6 +1,6 @@
 """Agreement of the local judge with a careful human's labels (`local_cases.jsonl`, package data).
 
-`python -m scorer.judge.local_eval` prints verdict agreement overall and per class, and lists the
+`python -m ctxprec.scorer.judge.local_eval` prints verdict agreement overall and per class, and lists the
 disagreements with `--verbose`. The labels were written before the judge was tuned and are not
 changed to suit it."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from scorer.judge.local import LocalJudge
+from ctxprec.scorer.judge.local import LocalJudge
 
 LABELS = ("relevant", "irrelevant")
 
@@ -34,7 +34,7 @@ class Agreement:
 
 
 def load_cases() -> list[dict[str, Any]]:
-    text = resources.files("scorer.judge").joinpath("local_cases.jsonl").read_text(encoding="utf-8")
+    text = resources.files("ctxprec.scorer.judge").joinpath("local_cases.jsonl").read_text(encoding="utf-8")
     cases = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from scorer.judge.chat import ChatMessage
+from ctxprec.scorer.judge.chat import ChatMessage
 
 PROMPT_VERSION = "ctxprec-cp-v1"
 

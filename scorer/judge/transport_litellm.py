@@ -7,9 +7,9 @@ import os
 from types import ModuleType
 from typing import Any, Sequence
 
-from scorer.judge.chat import ChatMessage
-from scorer.judge.client import AttemptError, TransportReply, status_outcome
-from scorer.judge.limits import parse_retry_after
+from ctxprec.scorer.judge.chat import ChatMessage
+from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
+from ctxprec.scorer.judge.limits import parse_retry_after
 
 _MAX_ERROR_TEXT = 300
 

@@ -11,9 +11,9 @@ from typing import Any, Sequence
 
 import aiohttp
 
-from scorer.judge.chat import ChatMessage
-from scorer.judge.client import AttemptError, TransportReply, status_outcome
-from scorer.judge.limits import parse_retry_after
+from ctxprec.scorer.judge.chat import ChatMessage
+from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
+from ctxprec.scorer.judge.limits import parse_retry_after
 
 _JSON_MODE = {"type": "json_object"}
 _MAX_ERROR_TEXT = 300

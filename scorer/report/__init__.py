@@ -5,9 +5,9 @@ import argparse
 import os
 import sys
 
-from scorer.report.load import LoadedRecords, load_records
-from scorer.report.render import render_report
-from scorer.report.stats import ReportData, compute
+from ctxprec.scorer.report.load import LoadedRecords, load_records
+from ctxprec.scorer.report.render import render_report
+from ctxprec.scorer.report.stats import ReportData, compute
 
 __all__ = ["add_arguments", "run", "build_report", "load_records", "compute", "render_report"]
 

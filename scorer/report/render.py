@@ -7,15 +7,15 @@ from importlib import resources
 from string import Template
 from typing import Any, Sequence
 
-from scorer.report.load import LoadedRecords
-from scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
-from scorer.report.svg import Bar, Point, bar_chart, line_chart
+from ctxprec.scorer.report.load import LoadedRecords
+from ctxprec.scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
+from ctxprec.scorer.report.svg import Bar, Point, bar_chart, line_chart
 
 REASON_CHARS = 600  # reasons are cut in the table of lowest scores; the record keeps the rest
 
 
 def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
-    template = Template(resources.files("scorer.report").joinpath("template.html").read_text(encoding="utf-8"))
+    template = Template(resources.files("ctxprec.scorer.report").joinpath("template.html").read_text(encoding="utf-8"))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [_problems(loaded)]
     if not loaded.records:

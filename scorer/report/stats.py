@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from scorer.events import parse_rfc3339
+from ctxprec.scorer.events import parse_rfc3339
 
 HISTOGRAM_BINS = 10
 LOWEST_SHOWN = 10

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from collector.stub_judge import StubJudge
+from ctxprec.collector.stub_judge import StubJudge
 from tests.kafka.serve_proc import ServeProcess
 from tests.kafka.tansu import Broker, committed_total, create_topic, produce, rag_event, read_all
 

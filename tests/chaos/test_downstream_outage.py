@@ -14,8 +14,8 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
-from collector.sampling.decide import current_rss_bytes
-from collector.stub_judge import StubJudge
+from ctxprec.collector.sampling.decide import current_rss_bytes
+from ctxprec.collector.stub_judge import StubJudge
 from tests.chaos.scrape_http import healthy, scrape_metrics, total
 from tests.chaos.tcp_proxy import TcpProxy
 from tests.collector.rag_app import RagApp, running, serve_config

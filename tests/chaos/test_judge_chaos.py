@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from collector.stub_judge import StubJudge
+from ctxprec.collector.stub_judge import StubJudge
 from tests.chaos.scrape_http import healthy, scrape_metrics, total
 from tests.collector.rag_app import RagApp, running, serve_config
 from tests.collector.test_judge_faults import expected_map

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from collector.scoring.engine_process import ProcessEngine
-from scorer.config import JudgeConfig
+from ctxprec.collector.scoring.engine_process import ProcessEngine
+from ctxprec.scorer.config import JudgeConfig
 
 
 async def main() -> None:

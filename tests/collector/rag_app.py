@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector import config as config_module
-from collector.pipeline import Pipeline
-from collector.serve import serve
+from ctxprec.collector import config as config_module
+from ctxprec.collector.pipeline import Pipeline
+from ctxprec.collector.serve import serve
 
 
 @dataclass

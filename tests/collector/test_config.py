@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector import config as config_module
-from collector import serve as serve_module
-from collector.config import ConfigError
+from ctxprec.collector import config as config_module
+from ctxprec.collector import serve as serve_module
+from ctxprec.collector.config import ConfigError
 from tests.collector.rag_app import running, serve_config
 
 

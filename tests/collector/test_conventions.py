@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from collector.assembly.conventions import AttributeMapping, ConventionConfig, Conventions, resolve
-from collector.assembly.spans import SpanRecord, span_record
+from ctxprec.collector.assembly.conventions import AttributeMapping, ConventionConfig, Conventions, resolve
+from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from tests.helpers.rag_traces import ANSWER, DOCUMENTS, QUERY, openinference_retriever, rag_trace, span, trace_id
 
 

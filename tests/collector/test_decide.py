@@ -4,15 +4,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from collector.exporters.attributes import ScorerIdentity
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval, RetrievedContext
-from collector.sampling.decide import (DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard,
+from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
+from ctxprec.collector.sampling.decide import (DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard,
                                        TokenBucket, current_rss_bytes)
-from collector.sampling.sampler import Sampler, SamplingRule
-from collector.scoring.workers import ScoringWorkers
-from scorer.config import JudgeConfig
-from scorer.engine import build_engine
+from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
+from ctxprec.collector.scoring.workers import ScoringWorkers
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import build_engine
 
 # Low 8 bytes zero: sampled at any rate > 0. Low 8 bytes max: sampled only at rate 1.
 LUCKY = "ab" * 8 + "00" * 8

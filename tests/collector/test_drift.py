@@ -5,8 +5,8 @@ import random
 
 from prometheus_client import generate_latest
 
-from collector.metrics.drift import DriftDetector, DriftMonitor
-from collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.drift import DriftDetector, DriftMonitor
+from ctxprec.collector.metrics.registry import Metrics
 
 BEFORE, AFTER = 400, 400
 DETECT_WITHIN = 60  # scores after the change

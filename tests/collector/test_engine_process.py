@@ -1,7 +1,7 @@
 """The scoring engine in a child process (ProcessEngine) against the in-process engine it stands
 in for: same identity, same results, same errors, judge events over the pipe, and a child that
 never outlives its parent. The judge is the stub judge over real HTTP; the child is a real
-`python -m collector.scoring.engine_child` process."""
+`python -m ctxprec.collector.scoring.engine_child` process."""
 from __future__ import annotations
 
 import argparse
@@ -15,20 +15,20 @@ from typing import Any, Awaitable, Callable
 import psutil
 import pytest
 
-from collector import config as config_module
-from collector.config import ConfigError
-from collector.exporters.attributes import ScorerIdentity
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval, RetrievedContext
-from collector.sampling.decide import DecisionRecorder
-from collector.scoring.engine_process import EXITED, UNAVAILABLE, ProcessEngine
-from collector.scoring.placement import make_engine, usable_cpus, use_scoring_process
-from collector.scoring.workers import ScoringWorkers
-from collector.stub_judge import StubJudge
-from scorer.config import JudgeConfig
-from scorer.engine import ContextPrecisionEngine, build_engine, engine_identity
-from scorer.judge.chat import JudgeError, RequestEvent
-from scorer.result import ScoreResult
+from ctxprec.collector import config as config_module
+from ctxprec.collector.config import ConfigError
+from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
+from ctxprec.collector.sampling.decide import DecisionRecorder
+from ctxprec.collector.scoring.engine_process import EXITED, UNAVAILABLE, ProcessEngine
+from ctxprec.collector.scoring.placement import make_engine, usable_cpus, use_scoring_process
+from ctxprec.collector.scoring.workers import ScoringWorkers
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import ContextPrecisionEngine, build_engine, engine_identity
+from ctxprec.scorer.judge.chat import JudgeError, RequestEvent
+from ctxprec.scorer.result import ScoreResult
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 ROOT = Path(__file__).resolve().parents[2]

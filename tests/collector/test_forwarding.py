@@ -13,15 +13,15 @@ import aiohttp
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector.assembly.ingest import IngestSettings, OtlpIngest
-from collector.assembly.trace_buffer import BufferSettings
-from collector.assembly.wire import remove_spans
-from collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
-from collector.metrics.registry import Metrics
-from collector.model import Decision, PendingAck
-from collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
-from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
-from collector.sampling.sampler import Sampler
+from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.assembly.trace_buffer import BufferSettings
+from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, PendingAck
+from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
+from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+from ctxprec.collector.sampling.sampler import Sampler
 from tests.helpers.otlp_capture import OtlpCapture
 from tests.helpers.rag_traces import CollectingSink, kv, rag_trace, request_of, span, trace_id
 

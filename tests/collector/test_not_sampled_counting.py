@@ -17,18 +17,18 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from collector.assembly.conventions import (
+from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
     AttributeMapping,
     ConventionConfig,
     Conventions,
 )
-from collector.assembly.ingest import IngestSettings, OtlpIngest
-from collector.assembly.spans import service_name, span_record
-from collector.metrics.registry import Metrics
-from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
-from collector.sampling.sampler import Sampler
+from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.assembly.spans import service_name, span_record
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+from ctxprec.collector.sampling.sampler import Sampler
 from tests.helpers.rag_traces import CollectingSink, kv, span, trace_id
 
 MAPPING = AttributeMapping(query="app.question", contexts="app.docs")

@@ -22,15 +22,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from collector.assembly.conventions import ConventionConfig
-from collector.assembly.ingest import IngestSettings, OtlpIngest
-from collector.assembly.trace_buffer import BufferSettings
-from collector.config import ConfigError
-from collector.metrics.registry import Metrics
-from collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
-from collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
-from collector.receivers.otlp_security import ReceiverSecurity
-from collector.sampling.sampler import Sampler
+from ctxprec.collector.assembly.conventions import ConventionConfig
+from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.assembly.trace_buffer import BufferSettings
+from ctxprec.collector.config import ConfigError
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
+from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
+from ctxprec.collector.sampling.sampler import Sampler
 from tests.collector.rag_app import running, serve_config
 from tests.helpers.rag_traces import (
     ANSWER,

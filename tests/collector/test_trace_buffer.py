@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from collector.assembly.spans import SpanRecord
-from collector.assembly.trace_buffer import BufferSettings, TraceBuffer
-from collector.metrics.registry import Metrics
-from collector.model import PendingAck
+from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.assembly.trace_buffer import BufferSettings, TraceBuffer
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import PendingAck
 
 
 class Clock:

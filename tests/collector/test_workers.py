@@ -5,14 +5,14 @@ import asyncio
 import json
 from typing import Any, Awaitable, Callable
 
-from collector.exporters.attributes import ScorerIdentity
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval, RetrievedContext
-from collector.sampling.decide import DecisionRecorder
-from collector.scoring.workers import ScoreOutcome, ScoringWorkers
-from collector.stub_judge import StubJudge
-from scorer.config import JudgeConfig
-from scorer.engine import build_engine
+from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
+from ctxprec.collector.sampling.decide import DecisionRecorder
+from ctxprec.collector.scoring.workers import ScoreOutcome, ScoringWorkers
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import build_engine
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 

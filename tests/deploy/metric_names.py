@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.registry import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules"

@@ -48,7 +48,7 @@ def test_compose_wires_the_whole_loop() -> None:
     forward = re.search(r"--forward-to=grpc://otel-collector:(\d+)", command)
     assert forward, command
     app = " ".join(services["app"]["entrypoint"] + services["app"]["command"])
-    assert "collector.demo.synthetic_app" in app and "http://otel-collector:4318" in app
+    assert "ctxprec.collector.demo.synthetic_app" in app and "http://otel-collector:4318" in app
     # Relative mounts exist in the repository.
     for name, service in services.items():
         for volume in service.get("volumes", []):
@@ -122,7 +122,7 @@ def test_dockerfile_runs_non_root_with_healthcheck_and_ports() -> None:
 def _serve_flags() -> set[str]:
     import argparse
 
-    from collector import serve
+    from ctxprec.collector import serve
 
     parser = argparse.ArgumentParser()
     serve.add_arguments(parser)

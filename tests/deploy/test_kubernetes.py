@@ -128,8 +128,8 @@ def test_configmap_keys_are_serve_flags() -> None:
     """Every CTXPREC_* key the manifests set is the variable of a real `ctxprec serve` flag."""
     import argparse
 
-    from collector import serve
-    from collector.cli_env import env_name, long_option
+    from ctxprec.collector import serve
+    from ctxprec.collector.cli_env import env_name, long_option
 
     parser = argparse.ArgumentParser()
     serve.add_arguments(parser)

@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from collector import config as config_module
-from collector.demo.synthetic_app import AppConfig, SyntheticRagApp
-from collector.serve import serve
-from collector.stub_judge import StubJudge
+from ctxprec.collector import config as config_module
+from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp
+from ctxprec.collector.serve import serve
+from ctxprec.collector.stub_judge import StubJudge
 from tests.deploy.live_prometheus import Prometheus
 from tests.kafka.tansu import Broker, create_topic, free_port, produce
 

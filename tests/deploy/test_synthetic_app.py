@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import pytest
 
-from collector.demo.corpus import QUESTIONS, SERVICES, content_words, off_topic_pool
-from collector.demo.synthetic_app import AppConfig, SyntheticRagApp, average_precision
-from scorer.judge.local import LocalJudge
+from ctxprec.collector.demo.corpus import QUESTIONS, SERVICES, content_words, off_topic_pool
+from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp, average_precision
+from ctxprec.scorer.judge.local import LocalJudge
 from tests.deploy.otlp_sink import OtlpSink
 
 
@@ -144,7 +144,7 @@ def test_bad_configuration_is_refused_with_a_clear_message() -> None:
 
 
 def test_command_line_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    from collector.demo import synthetic_app
+    from ctxprec.collector.demo import synthetic_app
 
     with pytest.raises(SystemExit) as exc:
         synthetic_app.main(["--rate", "-1"])

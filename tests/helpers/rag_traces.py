@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.model import Decision, Retrieval
+from ctxprec.collector.model import Decision, Retrieval
 
 QUERY = "How do I reset my password?"
 DOCUMENTS = [

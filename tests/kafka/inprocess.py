@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from typing import AsyncIterator
 
-from collector import config as config_module
-from collector.pipeline import Pipeline
-from collector.serve import serve
+from ctxprec.collector import config as config_module
+from ctxprec.collector.pipeline import Pipeline
+from ctxprec.collector.serve import serve
 
 
 def load_config(flags: list[str]):  # -> ServeConfig

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from collector.receivers.kafka_event_peek import EventPeek
-from collector.receivers.kafka_offsets import PartitionOffsets
-from collector.sampling.sampler import Sampler, SamplingRule
-from scorer.events import parse_rag_event
+from ctxprec.collector.receivers.kafka_event_peek import EventPeek
+from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets
+from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
+from ctxprec.scorer.events import parse_rag_event
 
 RATE = 0.01
 KEPT_LOW = "0000000000000001"  # low 64 bits far below 1% of 2**64: kept
@@ -125,7 +125,7 @@ def test_a_run_of_done_offsets_is_one_step_and_waits_behind_an_undone_one() -> N
 def test_the_threshold_boundary_is_the_samplers_in_every_layout(delta: int, layout: str) -> None:
     """The common layout compares hex text, the others integers: both must agree with the sampler
     exactly at the threshold, where a trace is kept iff its low 64 bits are below it."""
-    from collector.sampling.sampler import rate_threshold
+    from ctxprec.collector.sampling.sampler import rate_threshold
 
     sampler = Sampler(RATE)
     low = rate_threshold(RATE) + delta

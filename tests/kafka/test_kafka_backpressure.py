@@ -10,10 +10,10 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from collector.metrics.registry import Metrics
-from collector.model import Decision, Retrieval
-from collector.receivers.kafka import KafkaReceiver
-from collector.receivers.kafka_config import KafkaSettings
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.receivers.kafka import KafkaReceiver
+from ctxprec.collector.receivers.kafka_config import KafkaSettings
 from tests.kafka.tansu import Broker, create_topic, produce, rag_event
 
 PARTITIONS = 2
@@ -137,7 +137,7 @@ async def test_back_pressure_inside_a_large_batch_hands_each_kept_event_over_onc
     reach the sink exactly once, every dropped one be counted once, and the end be committed."""
     import random
 
-    from collector.sampling.sampler import Sampler
+    from ctxprec.collector.sampling.sampler import Sampler
 
     topic, group = unique_topic, f"g-{unique_topic}"
     await create_topic(broker.bootstrap, topic, 1)

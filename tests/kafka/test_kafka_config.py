@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from collector.receivers.kafka_config import KafkaConfigError, from_mapping
+from ctxprec.collector.receivers.kafka_config import KafkaConfigError, from_mapping
 
 
 def test_kafka_is_off_without_bootstrap() -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scorer.records import record_id
+from ctxprec.scorer.records import record_id
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.otel_data import PATTERNS, marker, otel_traces, otlp_json
 from tests.kafka.tansu import Broker, committed_total, create_topic, produce, read_all

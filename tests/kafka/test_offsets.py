@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.receivers.kafka_offsets import PartitionOffsets, SequenceTracker
+from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets, SequenceTracker
 
 
 def test_nothing_done_nothing_to_commit() -> None:

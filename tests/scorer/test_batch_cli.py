@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from collector.cli import Subcommand, _load
-from collector.cli_env import EnvError, apply_env_defaults
-from collector.stub_judge import StubJudge
-from scorer.batch import BatchOptions, run_batch, score_lines
-from scorer.config import JudgeConfig
-from scorer.engine import build_engine
-from scorer.records import RECORD_FIELDS
+from ctxprec.collector.cli import Subcommand, _load
+from ctxprec.collector.cli_env import EnvError, apply_env_defaults
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.batch import BatchOptions, run_batch, score_lines
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import build_engine
+from ctxprec.scorer.records import RECORD_FIELDS
 
 CTXPREC = Path(sys.executable).with_name("ctxprec")
 
@@ -308,7 +308,7 @@ async def test_progress_bar_when_stderr_is_a_terminal(stub_judge: StubJudge, tmp
 def test_help_does_not_import_litellm_or_grpc() -> None:
     code = (
         "import sys\n"
-        "from collector.cli import main\n"
+        "from ctxprec.collector.cli import main\n"
         "for argv in (['--help'], ['score', '--help'], ['report', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
@@ -322,9 +322,9 @@ def test_help_does_not_import_litellm_or_grpc() -> None:
 
 
 def test_missing_subcommand_module_is_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _load(Subcommand("later", "collector.not_written_yet", "")) is None
+    assert _load(Subcommand("later", "ctxprec.collector.not_written_yet", "")) is None
     assert "'later' is not available in this build" in capsys.readouterr().err
-    assert _load(Subcommand("broken", "collector.cli_env", "")) is None  # no add_arguments/run
+    assert _load(Subcommand("broken", "ctxprec.collector.cli_env", "")) is None  # no add_arguments/run
     assert "has no add_arguments or run" in capsys.readouterr().err
 
 

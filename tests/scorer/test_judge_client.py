@@ -17,9 +17,9 @@ from typing import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from collector.stub_judge import StubJudge
-from scorer.config import JudgeConfig
-from scorer.judge.chat import (
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.judge.chat import (
     ChatMessage,
     JudgeBadResponse,
     JudgeError,
@@ -28,11 +28,11 @@ from scorer.judge.chat import (
     JudgeUnavailable,
     RequestEvent,
 )
-from scorer.judge.client import LimitedChatClient
-from scorer.judge.factory import make_chat_client
-from scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter, parse_retry_after
-from scorer.judge.transport_litellm import LiteLLMTransport, import_litellm
-from scorer.judge.transport_openai import OpenAIDirectTransport
+from ctxprec.scorer.judge.client import LimitedChatClient
+from ctxprec.scorer.judge.factory import make_chat_client
+from ctxprec.scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter, parse_retry_after
+from ctxprec.scorer.judge.transport_litellm import LiteLLMTransport, import_litellm
+from ctxprec.scorer.judge.transport_openai import OpenAIDirectTransport
 
 FAST = Backoff(base_s=0.01, cap_s=0.05)
 STUB_MODEL = "openai/ctxprec-stub-judge"
@@ -412,10 +412,10 @@ def test_direct_path_with_an_unpriced_model_does_not_import_litellm() -> None:
     # litellm's import costs seconds of CPU; the stub's and self-hosted models must not pay it.
     script = """
 import asyncio, json, sys
-from collector.stub_judge import StubJudge
-from scorer.config import JudgeConfig
-from scorer.judge.chat import ChatMessage
-from scorer.judge.factory import make_chat_client
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.judge.chat import ChatMessage
+from ctxprec.scorer.judge.factory import make_chat_client
 
 async def main():
     stub = StubJudge()

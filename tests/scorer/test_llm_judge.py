@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from collector.stub_judge import StubJudge, parse_data_block
-from scorer import JudgeConfig, build_engine
-from scorer.judge.cache import VerdictCache
-from scorer.judge.chat import JudgeBadResponse, RequestEvent
-from scorer.judge.factory import make_chat_client
-from scorer.judge.llm import LLMJudge
-from scorer.judge.prompt import BEGIN_DATA, END_DATA, verdict_messages
-from scorer.judge.verdicts import MalformedAnswer, parse_verdicts
+from ctxprec.collector.stub_judge import StubJudge, parse_data_block
+from ctxprec.scorer import JudgeConfig, build_engine
+from ctxprec.scorer.judge.cache import VerdictCache
+from ctxprec.scorer.judge.chat import JudgeBadResponse, RequestEvent
+from ctxprec.scorer.judge.factory import make_chat_client
+from ctxprec.scorer.judge.llm import LLMJudge
+from ctxprec.scorer.judge.prompt import BEGIN_DATA, END_DATA, verdict_messages
+from ctxprec.scorer.judge.verdicts import MalformedAnswer, parse_verdicts
 
 QUERY = "How does photosynthesis work?"
 ANSWER = "Plants turn sunlight into sugar."
@@ -145,7 +145,7 @@ async def test_cache_hits_skip_the_judge(stub_judge: StubJudge) -> None:
 
 
 def test_cache_is_bounded_lru() -> None:
-    from scorer.judge.cache import CachedVerdict, verdict_key
+    from ctxprec.scorer.judge.cache import CachedVerdict, verdict_key
 
     cache = VerdictCache(2)
     keys = [verdict_key("m", "v", "ref", "q", f"ctx {i}") for i in range(3)]

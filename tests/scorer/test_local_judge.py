@@ -4,8 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scorer.judge.local import LocalJudge, stem, terms
-from scorer.judge.local_eval import evaluate, load_cases
+from ctxprec.scorer.judge.local import LocalJudge, stem, terms
+from ctxprec.scorer.judge.local_eval import evaluate, load_cases
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:
@@ -22,7 +22,7 @@ def test_agreement_with_human_labels_is_at_least_85_percent() -> None:
     assert result.true_neg / (result.true_neg + result.false_pos) >= 0.8
 
 def test_cli_prints_agreement() -> None:
-    out = subprocess.run([sys.executable, "-m", "scorer.judge.local_eval"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "ctxprec.scorer.judge.local_eval"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert "verdict agreement:" in out.stdout and "cases: " in out.stdout
 
@@ -70,7 +70,7 @@ def test_local_scorer_needs_no_network() -> None:
         "import socket\n"
         "def refuse(*a, **k):\n    raise RuntimeError('network used')\n"
         "socket.socket.connect = refuse\nsocket.create_connection = refuse\n"
-        "from scorer import create_context_precision_scorer\n"
+        "from ctxprec.scorer import create_context_precision_scorer\n"
         "s = create_context_precision_scorer(context=['Insulin lowers blood sugar.', 'Cats purr.'])\n"
         "r = s.run_sync('What does insulin do?', 'Insulin lowers blood sugar.')\n"
         "print(r.score, r.verdicts[0].relevant, r.verdicts[1].relevant)\n"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scorer.precision import average_precision, round_half_up, scaled_score, summarize, validate_scale
+from ctxprec.scorer.precision import average_precision, round_half_up, scaled_score, summarize, validate_scale
 
 
 @pytest.mark.parametrize(

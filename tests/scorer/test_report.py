@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from collector.cli import main
-from scorer.records import failure_record, record_id, score_record
-from scorer.result import JudgeUsage, ScoreResult, Verdict
+from ctxprec.collector.cli import main
+from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.result import JudgeUsage, ScoreResult, Verdict
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from collector.stub_judge import StubJudge, parse_data_block
-from scorer import ScoreResult, create_context_precision_scorer
+from ctxprec.collector.stub_judge import StubJudge, parse_data_block
+from ctxprec.scorer import ScoreResult, create_context_precision_scorer
 
 
 def stub_scorer(stub: StubJudge, **kwargs: Any):
@@ -152,7 +152,7 @@ def test_fingerprint_is_stable_and_tracks_the_configuration() -> None:
 
 
 def test_import_is_light() -> None:
-    code = "import sys, scorer; print(any(m.startswith('litellm') for m in sys.modules))"
+    code = "import sys, ctxprec.scorer; print(any(m.startswith('litellm') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False"
 

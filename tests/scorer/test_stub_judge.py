@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from collector.stub_judge import StubJudge, StubSettings, content_words
+from ctxprec.collector.stub_judge import StubJudge, StubSettings, content_words
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -231,11 +231,11 @@ def test_settings_validation_names_the_field() -> None:
 def test_command_line_in_its_own_process() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     bad = subprocess.run(
-        [sys.executable, "-m", "collector.stub_judge", "--error-rate", "2"], capture_output=True, text=True, env=env, timeout=30
+        [sys.executable, "-m", "ctxprec.collector.stub_judge", "--error-rate", "2"], capture_output=True, text=True, env=env, timeout=30
     )
     assert bad.returncode == 2 and "--error-rate" in bad.stderr and "Traceback" not in bad.stderr
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.stub_judge", "--port", "0", "--latency-ms", "5", "--seed", "1"],
+        [sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", "0", "--latency-ms", "5", "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:

@@ -18,22 +18,22 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.assembly.conventions import (
+from ctxprec.collector.assembly.conventions import (
     ALL_CONVENTIONS,
     AttributeMapping,
     ConventionConfig,
     Conventions,
 )
-from collector.assembly.spans import span_record
-from collector.assembly.wire import remove_spans
-from collector.receivers.kafka_messages import (
+from ctxprec.collector.assembly.spans import span_record
+from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.receivers.kafka_messages import (
     MessageError,
     check_size,
     decode_otlp,
     decode_rag_event,
     retrieval_from_event,
 )
-from collector.receivers.otlp_decode import DecodeError, decode_export_request
+from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_export_request
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from collector.stub_judge import BadRequest, answer_reason, answer_verdicts, parse_data_block
-from scorer.events import EventError, RagEvent, parse_rag_event, parse_rag_event_line
-from scorer.judge.verdicts import MalformedAnswer, parse_reason, parse_verdicts
+from ctxprec.collector.stub_judge import BadRequest, answer_reason, answer_verdicts, parse_data_block
+from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event, parse_rag_event_line
+from ctxprec.scorer.judge.verdicts import MalformedAnswer, parse_reason, parse_verdicts
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])

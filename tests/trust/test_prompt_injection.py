@@ -10,11 +10,11 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from collector.stub_judge import StubJudge
-from scorer import JudgeConfig, build_engine
-from scorer.judge.prompt import VERDICTS_SYSTEM
-from scorer.judge.verdicts import MalformedAnswer, parse_verdicts
-from scorer.result import ScoreResult
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer import JudgeConfig, build_engine
+from ctxprec.scorer.judge.prompt import VERDICTS_SYSTEM
+from ctxprec.scorer.judge.verdicts import MalformedAnswer, parse_verdicts
+from ctxprec.scorer.result import ScoreResult
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 QUERY = "How do I reset my password?"

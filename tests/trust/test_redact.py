@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.stub_judge import StubJudge
-from scorer import JudgeConfig, build_engine, create_context_precision_scorer
-from scorer.redact import CARD_PLACEHOLDER, EMAIL_PLACEHOLDER, PHONE_PLACEHOLDER, Redactor, luhn_valid, redact
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer import JudgeConfig, build_engine, create_context_precision_scorer
+from ctxprec.scorer.redact import CARD_PLACEHOLDER, EMAIL_PLACEHOLDER, PHONE_PLACEHOLDER, Redactor, luhn_valid, redact
 
 PLACEHOLDERS = (EMAIL_PLACEHOLDER, PHONE_PLACEHOLDER, CARD_PLACEHOLDER)
 

@@ -17,11 +17,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from collector.stub_judge import StubJudge
-from scorer.config import JudgeConfig
-from scorer.engine import build_engine
-from scorer.judge.chat import ChatMessage, JudgeError
-from scorer.judge.factory import make_chat_client
+from ctxprec.collector.stub_judge import StubJudge
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.engine import build_engine
+from ctxprec.scorer.judge.chat import ChatMessage, JudgeError
+from ctxprec.scorer.judge.factory import make_chat_client
 from tests.collector.rag_app import RagApp, running, serve_config, wait_until
 from tests.helpers.otlp_capture import OtlpCapture
 

@@ -6,6 +6,17 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
+# Test-only environments of their own: the framework apps (their instrumentors patch classes
+# globally) and Arize Phoenix (a large server with its own pins).
+APPS_VENV := .venv-apps
+APPS_STAMP := $(APPS_VENV)/.installed
+APPS_REQUIREMENTS := tests/realtraffic/apps/requirements.txt
+APPS_CONSTRAINTS := tests/realtraffic/apps/constraints.txt
+PHOENIX_VERSION := 20.26.1
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
+PHOENIX_CONSTRAINTS := tests/realtraffic/phoenix-constraints.txt
+
 .PHONY: demo test bench venv test-deps system-deps clean
 
 $(STAMP): pyproject.toml
@@ -16,6 +27,17 @@ $(STAMP): pyproject.toml
 
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+$(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
+	test -x $(APPS_VENV)/bin/python || $(PY) -m venv $(APPS_VENV)
+	$(APPS_VENV)/bin/pip install --quiet -r $(APPS_REQUIREMENTS) -c $(APPS_CONSTRAINTS)
+	touch $@
+
+$(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
+	rm -rf $(PHOENIX_VENV)
+	$(PY) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION) -c $(PHOENIX_CONSTRAINTS)
 	touch $@
 
 venv: $(STAMP)
@@ -29,7 +51,7 @@ system-deps:
 		pkill -x prometheus >/dev/null 2>&1 || true; \
 	fi
 
-test-deps: $(TEST_STAMP) system-deps
+test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) system-deps
 
 demo: $(STAMP)
 	$(BIN)/ctxprec demo
@@ -41,4 +63,4 @@ bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) .pytest_cache

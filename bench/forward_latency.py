@@ -4,7 +4,7 @@ A load generator sends OTLP/HTTP protobuf requests (5 RAG traces of 8 spans each
 spans/s, open loop. Each trace's send time is stamped; a downstream OTLP/HTTP endpoint in the
 same process stamps its arrival. Baseline, in the same run: the same traffic sent straight to
 the downstream. Then the same traffic through a ctxprec sidecar (receiver + OtlpIngest at sample
-rate 1% + SpanForwarder) running in its own process. Added latency = sidecar path - direct path,
+rate 1% + OtlpSender) running in its own process. Added latency = sidecar path - direct path,
 per percentile, over unsampled traces only. Goal: p99 added < 5 ms.
 
     .venv/bin/python -m bench.forward_latency [--quick]
@@ -33,13 +33,13 @@ SAMPLE_RATE = 0.01
 def _sidecar(http_port: int, forward_to: str) -> None:
     async def serve() -> None:
         from ctxprec.collector.assembly.ingest import OtlpIngest
-        from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+        from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
         from ctxprec.collector.metrics.registry import Metrics
         from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
         from ctxprec.collector.sampling.sampler import Sampler
 
         metrics = Metrics()
-        forwarder = SpanForwarder(ForwarderSettings(forward_to), metrics=metrics)
+        forwarder = OtlpSender(SenderSettings(forward_to), metrics=metrics)
         await forwarder.start()
         ingest = OtlpIngest(keep_trace=Sampler(SAMPLE_RATE).keep_trace, sink=_DecidingSink(), metrics=metrics,
                             forwarder=forwarder)

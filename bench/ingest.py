@@ -208,7 +208,7 @@ def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
 
 async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
     from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-    from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+    from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
     from ctxprec.collector.metrics.registry import Metrics
     from ctxprec.collector.receivers.otlp_decode import decode_with_raw
     from ctxprec.collector.sampling.sampler import Sampler
@@ -218,7 +218,7 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
     details: dict[str, Any] = {}
     for _ in range(rounds):
         metrics = Metrics()
-        forwarder = SpanForwarder(ForwarderSettings(forward_url, max_queue_bytes=512 * 1024 * 1024), metrics=metrics)
+        forwarder = OtlpSender(SenderSettings(forward_url, max_queue_bytes=512 * 1024 * 1024), metrics=metrics)
         await forwarder.start()
         sink = _DecidingSink()
         ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, forwarder=forwarder,

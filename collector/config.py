@@ -201,6 +201,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("export.ca_file", "--forward-ca-file", readable_file, None, "CA bundle to trust for https:// or grpcs://"),
     Option("export.cert_file", "--forward-cert-file", readable_file, None, "client certificate for mTLS to --forward-to"),
     Option("export.key_file", "--forward-key-file", readable_file, None, "client key for mTLS to --forward-to"),
+    Option("export.evaluation_logs", "--evaluation-logs", choice("auto", "on", "off"), "auto",
+           "evaluator mode: also send a gen_ai.evaluation.result log record per score; auto stops (one "
+           "WARNING) when --forward-to does not take OTLP logs"),
     Option("export.max_queue_mb", "--forward-max-queue-mb", positive, 64.0,
            "span mode: spans queued for --forward-to at most, MB; beyond it new spans are dropped and counted"),
     # judge
@@ -297,6 +300,7 @@ class ServeConfig:
     drift: DriftSettings
     kafka: KafkaSettings | None
     log_level: str = "info"
+    evaluation_logs: str = "auto"  # evaluator mode: auto | on | off
     receiver_tls_client_ca: str | None = None  # set: OTLP clients must present a certificate it signed
     forward_max_queue_bytes: int = 64 * 1024 * 1024  # span mode: the forwarder's queue bound
     scoring_process: str = "auto"  # "auto" | "on" | "off": see collector/scoring/placement.py
@@ -456,7 +460,7 @@ def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> Serve
         conventions=_conventions(raw, flat), drift=_drift(flat), kafka=kafka, log_level=v("log_level"),
         receiver_tls_client_ca=v("receivers.tls_client_ca"),
         forward_max_queue_bytes=max(1, int(v("export.max_queue_mb") * 1024 * 1024)),
-        scoring_process=v("scoring.process"), sources={key: source for key, (_, source) in raw.items()})
+        scoring_process=v("scoring.process"), evaluation_logs=v("export.evaluation_logs"), sources={key: source for key, (_, source) in raw.items()})
 
 
 def _kafka(raw: Mapping[str, tuple[Any, str]]) -> KafkaSettings | None:

@@ -44,6 +44,12 @@ class Retrieval:
     attributes: dict[str, Any] = field(default_factory=dict)
     end_time_unix_nano: int = 0  # when the retrieval ended (for score delay); 0 if unknown
     convention: str = ""  # openinference | genai | openllmetry | mapping | rag_event
+    # Where `output` came from: llm_span | chain_output | event | none (ctxprec.answer_source).
+    answer_source: str = "none"
+    # False when the answer was read from a value of unknown shape and used as it stood.
+    answer_clean: bool = True
+    # The resource of the span the retrieval was read from (evaluator spans are filed under it).
+    resource: dict[str, Any] = field(default_factory=dict)
     sample_rate: float = 1.0  # set by sampling
     # Called exactly once when this retrieval reached its decision, with the span attributes to
     # write back (None when there is nothing to write): releases held spans and Kafka offsets.

@@ -56,7 +56,7 @@ class Pipeline:
             rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024), probe=self._rss_bytes) if config.max_rss_mb else None,
             recent=RecentKeys(config.duplicate_window_s))
 
-        self.forwarder: Any = None  # span mode: exporters.span_forwarder.SpanForwarder
+        self.forwarder: Any = None  # span mode: exporters.otlp_sender.OtlpSender
         self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
         self._build_write_back()
         self.ingest = self._build_ingest()
@@ -88,18 +88,20 @@ class Pipeline:
         if c.forward_to is None:
             return
         if c.write_back == "span":
-            from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+            from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
 
-            self.forwarder = SpanForwarder(
-                ForwarderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
+            self.forwarder = OtlpSender(
+                SenderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
                                   key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
                 metrics=self.metrics)
         else:
-            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
+            from ctxprec.collector.exporters.evaluator import EvaluatorExporter, EvaluatorSettings
 
-            self.evaluator = EvaluatorExporter(c.forward_to, metrics=self.metrics, ca_file=c.forward_ca_file,
-                                               cert_file=c.forward_cert_file, key_file=c.forward_key_file,
-                                               version=VERSION)
+            self.evaluator = EvaluatorExporter(
+                EvaluatorSettings(url=c.forward_to, evaluation_logs=c.evaluation_logs, ca_file=c.forward_ca_file,
+                                  cert_file=c.forward_cert_file, key_file=c.forward_key_file,
+                                  max_queue_bytes=c.forward_max_queue_bytes),
+                metrics=self.metrics, version=VERSION)
             self.add_sink(self.evaluator)
 
     def _build_ingest(self) -> Any:
@@ -196,6 +198,8 @@ class Pipeline:
             await self.workers.start()
             if self.forwarder is not None:
                 await self.forwarder.start()
+            if self.evaluator is not None:
+                await self.evaluator.start()
             if self.kafka_results is not None:
                 await self.kafka_results.start()
             await self.ingest.start()

@@ -232,6 +232,17 @@ def scorer_health() -> dict[str, Any]:
         Panel("Spans received", "timeseries",
               [Target("sum by (receiver) (rate(ctxprec_spans_received_total[$__rate_interval]))", "{{receiver}}")],
               w=12, h=8, unit="reqps", extra=_LEGEND),
+        Panel("What relevance was judged against", "timeseries",
+              [Target(f"sum by (reference_kind) (rate(ctxprec_reference_kind_total{{{SVC}}}[$__rate_interval]))"
+                      f" / ignoring(reference_kind) group_left sum(rate(ctxprec_reference_kind_total{{{SVC}}}[$__rate_interval]))",
+                      "{{reference_kind}}")],
+              w=24, h=8, unit="percentunit", minmax=(0, 1), extra=_LEGEND,
+              defaults={"custom": {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 30}},
+              description="Share of scores judged against the app's answer (output), a reference answer "
+                          "(expected_output) or the question alone (query). A sudden rise of query means "
+                          "the answers stopped being found in the traces, most often because the app's "
+                          "instrumentation changed: scores then judge contexts against the question and "
+                          "are not comparable with the ones before."),
         Panel("Judge requests by outcome", "timeseries",
               [Target("sum by (model, outcome) (rate(ctxprec_judge_requests_total[$__rate_interval]))",
                       "{{model}} {{outcome}}")], w=8, h=8, unit="reqps", extra=_LEGEND),

@@ -339,6 +339,7 @@ def _event_fields(engine: ContextPrecisionEngine, event: RagEvent) -> dict[str, 
         "retriever": event.retriever,
         "model": engine.model,
         "prompt_version": engine.prompt_version,
+        "answer_source": "event" if event.output else "none",
     }
 
 

@@ -26,6 +26,7 @@ RECORD_FIELDS: tuple[str, ...] = (
     "relevant_count",
     "k",
     "reference_kind",
+    "answer_source",
     "judge",
     "sample_rate",
     "decision",
@@ -79,9 +80,12 @@ def score_record(
     prompt_version: str = "",
     sample_rate: float = 1.0,
     decision: str = "evaluated",
+    answer_source: str = "none",
     scored_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them."""
+    """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
+    `answer_source` says where the answer judged against came from: `event` (the input carried
+    it), `llm_span` or `chain_output` (read from a trace), `none`."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -98,6 +102,7 @@ def score_record(
         "relevant_count": result.relevant_count,
         "k": result.k,
         "reference_kind": result.reference_kind,
+        "answer_source": answer_source,
         "judge": judge_block(result.usage, model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,
@@ -123,6 +128,7 @@ def failure_record(
     usage: JudgeUsage | None = None,
     sample_rate: float = 1.0,
     decision: str = "failed",
+    answer_source: str = "none",
     scored_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The record of a sample that got no score: every score field is null, `error` says why.
@@ -143,6 +149,7 @@ def failure_record(
         "relevant_count": None,
         "k": k,
         "reference_kind": reference_kind,
+        "answer_source": answer_source,
         "judge": judge_block(usage or JudgeUsage(), model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,

@@ -7,6 +7,9 @@ import pytest
 
 from ctxprec.collector.stub_judge import StubJudge, StubSettings
 
+# One real Arize Phoenix server per test session, for the modules that ask for it.
+pytest_plugins = ["tests.helpers.phoenix_fixture"]
+
 
 @pytest.fixture
 async def stub_judge() -> AsyncIterator[StubJudge]:

@@ -33,14 +33,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
+    RETRIEVAL_OPERATIONS,
     ConventionConfig,
     Conventions,
     Extracted,
-    is_genai_retrieval,
-    is_openinference_retrieval,
 )
+from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import service_name, set_attributes, span_record
+from ctxprec.collector.assembly.spans import SpanRecord, attributes_dict, service_name, set_attributes, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
 from ctxprec.collector.assembly.wire import remove_spans, resource_ranges
 from ctxprec.collector.metrics.registry import Metrics
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 HOLD_EXPORTER = "span_hold"  # exported_spans{exporter="span_hold", outcome=scored|unscored|expired}
 
 _UNSAMPLED, _BUFFER, _LATE = 0, 1, 2
+_RESOURCE_VALUE_CHARS = 1024  # resource attributes are names and versions, not payloads
 
 
 class RetrievalSink(Protocol):
@@ -59,7 +60,7 @@ class RetrievalSink(Protocol):
 
 
 class SpanOutput(Protocol):
-    """Where span mode sends spans (exporters/span_forwarder.SpanForwarder)."""
+    """Where span mode sends spans (exporters/otlp_sender.OtlpSender)."""
 
     def forward_raw(self, body: bytes, spans: int) -> bool: ...
 
@@ -223,18 +224,23 @@ class OtlpIngest:
         routed_ids: set[tuple[bytes, bytes]] = set()
         held: list[tuple[Any, bytes, bytes]] = []
         now = self._clock()
+        resources: dict[int, dict[str, Any]] = {}
         for ri, ss, span, service, route in routed:
-            record = span_record(span, service, self._max_chars)
+            resource = resources.get(ri)
+            if resource is None:
+                resource = resources[ri] = attributes_dict(request.resource_spans[ri].resource.attributes,
+                                                           _RESOURCE_VALUE_CHARS)
+            record = span_record(span, service, self._max_chars, resource)
             routed_ids.add((record.trace_id, record.span_id))
-            if is_openinference_retrieval(record):
+            if record.attributes.get(OI_KIND) == "RETRIEVER":
                 fast_routed[ri, OPENINFERENCE] = fast_routed.get((ri, OPENINFERENCE), 0) + 1
-            if is_genai_retrieval(record):
+            if str(record.attributes.get(GENAI_OPERATION)) in RETRIEVAL_OPERATIONS:
                 fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
             self.buffer.add(record, ack)
-            if span_mode and self.conventions.match(record) is not None:
+            if span_mode and self.conventions.is_retrieval(record):
                 rs = request.resource_spans[ri]
                 copy = Span()
                 copy.CopyFrom(span)
@@ -280,15 +286,16 @@ class OtlpIngest:
                 self._sink.not_sampled(service_name(resources[ri].resource), total)
 
     def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
+        """Retrievals among a resource's spans that were not routed, by the extraction rules
+        (nested retrieval spans count once). Long values are kept whole: whether a span carries
+        documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
-        count = 0
+        records: list[SpanRecord] = []
         for ss in rs.scope_spans:
             for span in ss.spans:
-                if (span.trace_id, span.span_id) in routed_ids:
-                    continue
-                if self.conventions.match(span_record(span, service, 256)) is not None:
-                    count += 1
-        return count
+                if (span.trace_id, span.span_id) not in routed_ids:
+                    records.append(span_record(span, service, self._max_chars))
+        return self.conventions.count(records) if records else 0
 
     # -- ready traces --
 

@@ -8,15 +8,20 @@ default conventions); an Aho-Corasick automaton finds all markers in a single pa
 
 Two kinds of marker:
 - exact: the canonical encoding of the span attribute `openinference.span.kind=RETRIEVER` /
-  `gen_ai.operation.name=retrieval`, framed as a `Span.attributes` entry (tag 0x4a and the
-  KeyValue's fixed length), so the same attribute on a resource, scope, event or link is not
-  counted. One match is one retrieval span.
+  `gen_ai.operation.name=retrieval` (or `vector_db_retrieve`), framed as a `Span.attributes`
+  entry (tag 0x4a and the KeyValue's fixed length), so the same attribute on a resource, scope,
+  event or link is not counted. One match is one retrieval span. Beside the OpenInference kind,
+  the key of a first document (`retrieval.documents.0.document.content`) is counted: when every
+  retriever span carries documents the two counts agree and the kind count is exact; when they
+  differ (LlamaIndex nests a retriever span without documents inside the one with them, and
+  nested retriever spans are one retrieval) the resource gets the per-span look.
 - look: conventions that no single byte pattern decides (OpenLLMetry's `db.query.result` event
   or `traceloop.entity.output` attribute, the user mapping's query key), matched as their
   length-prefixed key. Any match means the caller decodes that resource's unsampled spans.
 
 Both exact conventions in one resource also ask for the per-span look (one span may carry
-both). What the bytes cannot show: a span listing the same retrieval attribute twice, or a
+both). The look applies the extraction rules (nested retrievals count once) to the spans of the
+request; a nest whose spans are exported in different requests is seen in parts. What the bytes cannot show: a span listing the same retrieval attribute twice, or a
 string value that contains a whole framed marker, would be counted twice; an encoder that
 writes the attribute in a non-canonical form (value before key) is not counted by its marker.
 """
@@ -30,10 +35,12 @@ from typing import Sequence
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from ctxprec.collector.assembly.conventions import (
+from ctxprec.collector.assembly.conventions import RETRIEVAL_OPERATIONS
+from ctxprec.collector.assembly.documents import (
     GENAI,
     GENAI_OPERATION,
     MAPPING,
+    OI_FIRST_DOCUMENT,
     OI_KIND,
     OLLM_EVENT,
     OPENINFERENCE,
@@ -44,6 +51,7 @@ from ctxprec.collector.assembly.wire import encode_varint
 
 _SPAN_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
 LOOK = "look"  # a marker that only says: decode these spans and match them one by one
+_OI_DOCUMENTS = "openinference_documents"
 
 
 def framed(text: str) -> bytes:
@@ -59,7 +67,8 @@ def _key_value(key: str, value: str) -> bytes:
 
 
 OPENINFERENCE_MARKER = _key_value(OI_KIND, "RETRIEVER")
-GENAI_MARKER = _key_value(GENAI_OPERATION, "retrieval")
+OPENINFERENCE_DOCUMENTS_MARKER = b"\x0a" + framed(OI_FIRST_DOCUMENT)
+GENAI_MARKERS = tuple(_key_value(GENAI_OPERATION, operation) for operation in sorted(RETRIEVAL_OPERATIONS))
 OPENLLMETRY_MARKERS = (framed(OLLM_EVENT), framed(TRACELOOP_OUTPUT))
 
 
@@ -71,6 +80,7 @@ class ResourceCount:
     openinference: int = 0
     genai: int = 0
     needs_look: bool = False
+    openinference_documents: int = 0  # spans whose first OpenInference document key was seen
 
 
 class MarkerScanner:
@@ -83,10 +93,15 @@ class MarkerScanner:
             if name == OPENINFERENCE:
                 patterns.append(_span_attribute(OPENINFERENCE_MARKER))
                 kinds.append(OPENINFERENCE)
+                patterns.append(OPENINFERENCE_DOCUMENTS_MARKER)
+                kinds.append(_OI_DOCUMENTS)
             elif name == GENAI:
-                patterns.append(_span_attribute(GENAI_MARKER))
-                kinds.append(GENAI)
+                patterns.extend(_span_attribute(marker) for marker in GENAI_MARKERS)
+                kinds.extend(GENAI for _ in GENAI_MARKERS)
             elif name == OPENLLMETRY:
+                if GENAI not in conventions:  # OpenLLMetry's retriever spans declare these operations too
+                    patterns.extend(_span_attribute(marker) for marker in GENAI_MARKERS)
+                    kinds.extend(GENAI for _ in GENAI_MARKERS)
                 patterns.extend(OPENLLMETRY_MARKERS)
                 kinds.extend(LOOK for _ in OPENLLMETRY_MARKERS)
             elif name == MAPPING and mapping_query_key:
@@ -123,12 +138,18 @@ class MarkerScanner:
             kind = self._kinds[pattern]
             if kind == OPENINFERENCE:
                 count.openinference += hits
+            elif kind == _OI_DOCUMENTS:
+                count.openinference_documents += hits
             elif kind == GENAI:
                 count.genai += hits
             else:
                 count.needs_look = True
         if count.openinference and count.genai:
             # One span may carry both: only a per-span look avoids counting it twice.
+            count.needs_look = True
+        if count.openinference != count.openinference_documents:
+            # Retriever spans without documents (nested ones count once), or documents on spans
+            # that do not declare a kind: only the spans themselves tell.
             count.needs_look = True
 
 

@@ -36,6 +36,8 @@ class SpanRecord:
     attributes: dict[str, Any]
     events: list[SpanEvent] = field(default_factory=list)
     size: int = 0  # approximate bytes, for the trace buffer's bound
+    # Resource attributes, one dict shared by the spans of a ResourceSpans.
+    resource: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_root(self) -> bool:
@@ -75,8 +77,8 @@ def service_name(resource: Resource) -> str:
     return "unknown"
 
 
-def span_record(span: Any, service: str, max_chars: int) -> SpanRecord:
-    """`span` is an `opentelemetry.proto.trace.v1.Span`."""
+def span_record(span: Any, service: str, max_chars: int, resource: dict[str, Any] | None = None) -> SpanRecord:
+    """`span` is an `opentelemetry.proto.trace.v1.Span`; `resource` its resource's attributes."""
     events = [SpanEvent(e.name, attributes_dict(e.attributes, max_chars)) for e in span.events]
     return SpanRecord(
         trace_id=span.trace_id,
@@ -89,6 +91,7 @@ def span_record(span: Any, service: str, max_chars: int) -> SpanRecord:
         attributes=attributes_dict(span.attributes, max_chars),
         events=events,
         size=span.ByteSize() + _SPAN_OVERHEAD,
+        resource=resource if resource is not None else {},
     )
 
 

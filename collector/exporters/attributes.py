@@ -38,18 +38,23 @@ def score_label(result: ScoreResult, threshold: float) -> str:
     return "high" if result.normalized_score >= threshold else "low"
 
 
-def _provenance(identity: ScorerIdentity, sample_rate: float, reference_kind: str | None) -> dict[str, Any]:
+def _provenance(identity: ScorerIdentity, sample_rate: float, reference_kind: str | None,
+                answer_source: str) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "ctxprec.judge.model": identity.model,
         "ctxprec.prompt_version": identity.prompt_version,
         "ctxprec.sample_rate": float(sample_rate),
+        "ctxprec.answer_source": answer_source,
     }
     if reference_kind:
         attrs["ctxprec.reference_kind"] = reference_kind
     return attrs
 
 
-def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, sample_rate: float) -> dict[str, Any]:
+def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, sample_rate: float,
+                     answer_source: str = "none", answer_clean: bool = True) -> dict[str, Any]:
+    """`answer_clean=False` (the answer was a value of unknown shape, used as it stood) adds
+    `ctxprec.answer_raw = true`, so that such scores can be found and the shape reported."""
     label = score_label(result, identity.threshold)
     score = float(result.score)
     attrs: dict[str, Any] = {
@@ -71,11 +76,14 @@ def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, sample_ra
     # OTLP attributes cannot be null: no relevant item means the key is absent.
     if result.first_relevant_rank is not None:
         attrs["ctxprec.first_relevant_rank"] = int(result.first_relevant_rank)
-    attrs.update(_provenance(identity, sample_rate, result.reference_kind))
+    attrs.update(_provenance(identity, sample_rate, result.reference_kind, answer_source))
+    if not answer_clean:
+        attrs["ctxprec.answer_raw"] = True
     return attrs
 
 
-def failure_attributes(error_type: str, identity: ScorerIdentity, *, sample_rate: float) -> dict[str, Any]:
+def failure_attributes(error_type: str, identity: ScorerIdentity, *, sample_rate: float,
+                       answer_source: str = "none") -> dict[str, Any]:
     """A failed sample: `error.type` and provenance, never a score or a label."""
     attrs: dict[str, Any] = {
         "gen_ai.evaluation.name": EVALUATION_NAME,
@@ -84,5 +92,5 @@ def failure_attributes(error_type: str, identity: ScorerIdentity, *, sample_rate
         "evaluations.0.evaluation.identifier": identity.identifier,
         "error.type": error_type,
     }
-    attrs.update(_provenance(identity, sample_rate, None))
+    attrs.update(_provenance(identity, sample_rate, None, answer_source))
     return attrs

@@ -1,29 +1,37 @@
-"""`evaluator` write-back (SPEC.md section 6): scores go out of band, because ended spans cannot
-change. For each `evaluated` or `failed` outcome this exporter emits, with the OpenTelemetry SDK:
+"""`evaluator` write-back: scores go out of band, because ended spans cannot change.
 
-- a span `openinference.span.kind = EVALUATOR` in the scored trace (its parent is the scored span,
-  rebuilt as a remote span context from the trace and span ids), with a Span Link to the scored
-  span and the same attributes the span write-back mode would add;
-- a log record with event name `gen_ai.evaluation.result`, tied to the scored span's context.
+For each `evaluated` or `failed` outcome this exporter writes, as OTLP it encodes itself:
 
-Both go to `--forward-to` through OTLP exporters (gRPC for grpc:// and grpcs://, HTTP/protobuf for
-http:// and https://) behind batch processors, so `emit` never blocks the scoring workers.
+- a span `openinference.span.kind = EVALUATOR` in the scored trace, child of the scored span, with
+  a Span Link to it and the same attributes the span write-back mode adds. It is filed under the
+  scored span's own resource (its `service.name`, `openinference.project.name`, ...), so that a
+  backend shows it with the app's traces and not under a project of ctxprec's; the
+  instrumentation scope names ctxprec. A RAG event from Kafka has no resource: its `service`
+  field becomes `service.name`.
+- a log record with event name `gen_ai.evaluation.result`, tied to the scored span
+  (`--evaluation-logs`): `on` sends it always, `off` never, `auto` sends it until the endpoint
+  says it does not take logs (HTTP 404, 405 or 415, gRPC UNIMPLEMENTED; Arize Phoenix answers
+  405), then stops with one WARNING.
+
+The SDK's providers hold one resource each and hide the logs endpoint's status behind their own
+ERROR per batch, hence our own encoding: each outcome becomes one small export request, and the
+sender batches requests by concatenating their bytes (a valid merge of the messages).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
+import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
-from opentelemetry import trace
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from ctxprec.collector.assembly.spans import set_any_value
+from ctxprec.collector.exporters.otlp_sender import LOGS, TRACES, OtlpSender, SenderSettings
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision
 from ctxprec.collector.version import VERSION
@@ -34,123 +42,156 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXPORTER = "evaluator"
+LOGS_EXPORTER = "evaluator_logs"
 EVENT_NAME = "gen_ai.evaluation.result"
 SPAN_NAME = "context_precision evaluation"
+SCOPE_NAME = "ctxprec.evaluator"
+EVALUATION_LOGS_MODES = ("auto", "on", "off")
 # The log record carries the GenAI evaluation fields; the span carries everything.
 _EVENT_KEYS = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value", "gen_ai.evaluation.score.label",
                "gen_ai.evaluation.explanation", "error.type")
 
 
-def otlp_endpoints(url: str) -> tuple[str, str, str, bool]:
-    """(protocol, traces endpoint, logs endpoint, insecure) for `--forward-to`."""
-    parts = urlsplit(url)
-    if parts.scheme in ("grpc", "grpcs"):
-        return "grpc", parts.netloc, parts.netloc, parts.scheme == "grpc"
-    path = parts.path.rstrip("/")
-    if not path:
-        traces, logs = "/v1/traces", "/v1/logs"
-    elif path.endswith("/v1/traces"):
-        traces, logs = path, path[: -len("/v1/traces")] + "/v1/logs"
-    else:  # a collector behind a path prefix
-        traces, logs = path + "/v1/traces", path + "/v1/logs"
-    build = lambda p: urlunsplit((parts.scheme, parts.netloc, p, "", ""))  # noqa: E731
-    return "http", build(traces), build(logs), parts.scheme == "http"
+@dataclass(slots=True)
+class EvaluatorSettings:
+    url: str
+    evaluation_logs: str = "auto"  # auto | on | off
+    headers: dict[str, str] = field(default_factory=dict)
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    max_queue_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.evaluation_logs not in EVALUATION_LOGS_MODES:
+            raise ValueError(f"evaluation_logs: must be one of {', '.join(EVALUATION_LOGS_MODES)}, "
+                             f"got {self.evaluation_logs!r}")
+
+    def sender(self, signal: str) -> SenderSettings:
+        return SenderSettings(url=self.url, signal=signal, headers=dict(self.headers), ca_file=self.ca_file,
+                              cert_file=self.cert_file, key_file=self.key_file, max_queue_bytes=self.max_queue_bytes)
 
 
 class EvaluatorExporter:
     """A `ResultSink`."""
 
-    def __init__(self, url: str, *, metrics: Metrics | None = None, service_name: str = "ctxprec",
-                 ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None,
-                 schedule_delay_ms: int = 200, version: str = VERSION) -> None:
-        self.url = url
+    def __init__(self, settings: EvaluatorSettings, *, metrics: Metrics, version: str = VERSION) -> None:
+        self.settings = settings
         self.metrics = metrics
-        protocol, traces_endpoint, logs_endpoint, insecure = otlp_endpoints(url)
-        span_exporter, log_exporter = _exporters(protocol, traces_endpoint, logs_endpoint, insecure,
-                                                 ca_file, cert_file, key_file)
-        resource = Resource.create({"service.name": service_name, "service.version": version})
-        self._tracer_provider = TracerProvider(resource=resource)
-        self._tracer_provider.add_span_processor(
-            BatchSpanProcessor(span_exporter, schedule_delay_millis=schedule_delay_ms))
-        self._logger_provider = LoggerProvider(resource=resource)
-        self._logger_provider.add_log_record_processor(
-            BatchLogRecordProcessor(log_exporter, schedule_delay_millis=schedule_delay_ms))
-        self._tracer = self._tracer_provider.get_tracer("ctxprec.evaluator", version)
-        self._logger = self._logger_provider.get_logger("ctxprec.evaluator", version)
+        self._version = version
+        self._spans = OtlpSender(settings.sender(TRACES), metrics=metrics, exporter=EXPORTER)
+        self._logs: OtlpSender | None = None
+        if settings.evaluation_logs != "off":
+            on_unsupported = self._logs_unsupported if settings.evaluation_logs == "auto" else None
+            self._logs = OtlpSender(settings.sender(LOGS), metrics=metrics, exporter=LOGS_EXPORTER,
+                                    on_unsupported=on_unsupported)
         self.emitted = 0
+
+    @property
+    def logs_enabled(self) -> bool:
+        return self._logs is not None and self._logs.unsupported is None
+
+    def _logs_unsupported(self, reason: str) -> None:
+        log.warning("evaluator: %s does not take OTLP logs (%s); evaluation log records are turned off, "
+                    "evaluator spans go on (set --evaluation-logs off to skip this probe, on to insist)",
+                    self.settings.url, reason)
+
+    async def start(self) -> None:
+        await self._spans.start()
+        if self._logs is not None:
+            await self._logs.start()
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        await self._spans.stop(timeout_s)
+        if self._logs is not None:
+            await self._logs.stop(timeout_s)
 
     def emit(self, outcome: "ScoreOutcome") -> None:
         if outcome.attributes is None or outcome.decision not in (Decision.EVALUATED, Decision.FAILED):
             return
         r = outcome.retrieval
-        try:
-            scored = SpanContext(trace_id=int(r.trace_id, 16), span_id=int(r.span_id, 16), is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        except ValueError:
+        trace_id, span_id = _otel_id(r.trace_id, 16), _otel_id(r.span_id, 8)
+        if trace_id is None or span_id is None:
             # rag_event ids need not be OTel ids; there is no trace to attach the evaluation to.
-            self._count("dropped_invalid_ids")
+            self.metrics.export_dropped.labels(exporter=EXPORTER, reason="invalid_ids").inc()
             return
-        if not scored.is_valid:
-            self._count("dropped_invalid_ids")
-            return
-        parent = trace.set_span_in_context(NonRecordingSpan(scored))
-        attributes: dict[str, Any] = {"openinference.span.kind": "EVALUATOR", **outcome.attributes}
+        resource = dict(r.resource) if r.resource else {}
+        if not resource.get("service.name") and r.service:
+            resource["service.name"] = r.service
         timestamp = int(outcome.scored_at * 1e9)
-        span = self._tracer.start_span(SPAN_NAME, context=parent, kind=SpanKind.INTERNAL,
-                                       links=[Link(scored, {"ctxprec.link": "scored_span"})],
-                                       attributes=attributes, start_time=timestamp)
-        if outcome.decision is Decision.FAILED:
-            span.set_status(Status(StatusCode.ERROR, outcome.error[1] if outcome.error else "scoring failed"))
-        span.end(end_time=timestamp)
-
-        event_attributes = {k: outcome.attributes[k] for k in _EVENT_KEYS if k in outcome.attributes}
-        event_attributes["ctxprec.record_id"] = str(outcome.record.get("id", ""))
-        self._logger.emit(timestamp=timestamp, context=parent, event_name=EVENT_NAME,
-                          body=outcome.attributes.get("gen_ai.evaluation.explanation")
-                          or (outcome.error[1] if outcome.error else None),
-                          attributes=event_attributes)
+        self._spans.forward_raw(self._span_request(outcome, trace_id, span_id, resource, timestamp), 1)
+        if self.logs_enabled:
+            assert self._logs is not None
+            self._logs.forward_raw(self._log_request(outcome, trace_id, span_id, resource, timestamp), 1)
         self.emitted += 1
-        self._count("ok")
 
-    def _count(self, outcome: str) -> None:
-        if self.metrics is not None:
-            self.metrics.exported_spans.labels(exporter=EXPORTER, outcome=outcome).inc()
+    def _span_request(self, outcome: "ScoreOutcome", trace_id: bytes, span_id: bytes, resource: dict[str, Any],
+                      timestamp: int) -> bytes:
+        request = ExportTraceServiceRequest()
+        rs = request.resource_spans.add()
+        _fill(rs.resource.attributes, resource)
+        ss = rs.scope_spans.add()
+        ss.scope.name = SCOPE_NAME
+        ss.scope.version = self._version
+        span = ss.spans.add()
+        span.trace_id = trace_id
+        span.span_id = os.urandom(8)
+        span.parent_span_id = span_id
+        span.flags = 0x100 | 0x200 | 0x01  # parent is remote (known), sampled
+        span.name = SPAN_NAME
+        span.kind = Span.SPAN_KIND_INTERNAL
+        span.start_time_unix_nano = span.end_time_unix_nano = timestamp
+        assert outcome.attributes is not None
+        _fill(span.attributes, {"openinference.span.kind": "EVALUATOR", **outcome.attributes})
+        link = span.links.add()
+        link.trace_id = trace_id
+        link.span_id = span_id
+        _fill(link.attributes, {"ctxprec.link": "scored_span"})
+        if outcome.decision is Decision.FAILED:
+            span.status.code = Status.STATUS_CODE_ERROR
+            span.status.message = outcome.error[1] if outcome.error else "scoring failed"
+        return request.SerializeToString()
 
-    def _flush_and_shutdown(self, timeout_s: float) -> None:
-        millis = int(timeout_s * 1000)
-        self._tracer_provider.force_flush(millis)
-        self._logger_provider.force_flush(millis)
-        self._tracer_provider.shutdown()
-        self._logger_provider.shutdown()
+    def _log_request(self, outcome: "ScoreOutcome", trace_id: bytes, span_id: bytes, resource: dict[str, Any],
+                     timestamp: int) -> bytes:
+        assert outcome.attributes is not None
+        request = ExportLogsServiceRequest()
+        rl = request.resource_logs.add()
+        _fill(rl.resource.attributes, resource)
+        sl = rl.scope_logs.add()
+        sl.scope.name = SCOPE_NAME
+        sl.scope.version = self._version
+        record = sl.log_records.add()
+        record.time_unix_nano = record.observed_time_unix_nano = timestamp
+        record.severity_number = SEVERITY_NUMBER_INFO
+        record.event_name = EVENT_NAME
+        record.trace_id = trace_id
+        record.span_id = span_id
+        record.flags = 0x01
+        body = outcome.attributes.get("gen_ai.evaluation.explanation") or (outcome.error[1] if outcome.error else None)
+        if body:
+            record.body.string_value = str(body)
+        attributes = {k: outcome.attributes[k] for k in _EVENT_KEYS if k in outcome.attributes}
+        attributes["ctxprec.record_id"] = str(outcome.record.get("id", ""))
+        _fill(record.attributes, attributes)
+        return request.SerializeToString()
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        """Flush what was emitted, then stop (the SDK's flush blocks: done off the event loop)."""
-        await asyncio.to_thread(self._flush_and_shutdown, timeout_s)
+
+def _fill(target: Any, attributes: dict[str, Any]) -> None:
+    """Appends `attributes` to a repeated KeyValue field."""
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        kv: KeyValue = target.add(key=str(key))
+        set_any_value(kv.value, value)
 
 
-def _read(path: str | None) -> bytes | None:
-    if path is None:
+def _otel_id(value: str, size: int) -> bytes | None:
+    """A hex trace (16 bytes) or span (8 bytes) id, or None when it is not a valid, non-zero one."""
+    if len(value) != size * 2:
         return None
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _exporters(protocol: str, traces_endpoint: str, logs_endpoint: str, insecure: bool, ca_file: str | None,
-               cert_file: str | None, key_file: str | None) -> tuple[Any, Any]:
-    if protocol == "grpc":
-        import grpc
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        credentials = None
-        if not insecure:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(ca_file), private_key=_read(key_file), certificate_chain=_read(cert_file))
-        return (OTLPSpanExporter(endpoint=traces_endpoint, insecure=insecure, credentials=credentials),
-                OTLPLogExporter(endpoint=logs_endpoint, insecure=insecure, credentials=credentials))
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-
-    tls = {"certificate_file": ca_file, "client_certificate_file": cert_file, "client_key_file": key_file}
-    tls = {k: v for k, v in tls.items() if v is not None}
-    return HttpSpanExporter(endpoint=traces_endpoint, **tls), HttpLogExporter(endpoint=logs_endpoint, **tls)
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw if any(raw) else None

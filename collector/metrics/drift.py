@@ -136,6 +136,7 @@ class MetricsSink:
         self._precision = Children(metrics.context_precision)
         self._precision_at_k = Children(metrics.precision_at_k)
         self._rank_judged = Children(metrics.rank_judged)
+        self._reference_kind = Children(metrics.reference_kind)
 
     def emit(self, outcome: "ScoreOutcome") -> None:
         m = self.metrics
@@ -154,6 +155,7 @@ class MetricsSink:
         exemplar = {"trace_id": r.trace_id, "span_id": r.span_id} if r.trace_id else None
         self._precision(service, retriever).observe(score, exemplar)
         self._precision_at_k(service, retriever).observe(result.precision_at_k)
+        self._reference_kind(service, result.reference_kind or "query").inc()
         rank_judged = self._rank_judged
         for verdict in result.verdicts:
             rank_judged(service, rank_label(verdict.index + 1), "true" if verdict.relevant else "false").inc()

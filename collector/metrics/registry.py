@@ -61,6 +61,11 @@ class Metrics:
         self.rank_judged = Counter(
             "ctxprec_rank_judged", "Contexts judged, by 1-based rank and relevance.",
             ["service", "rank", "relevant"], registry=r)
+        # A sudden rise of `query` means answers stopped being found in the traces (the app's
+        # instrumentation changed): scores then judge contexts against the question alone.
+        self.reference_kind = Counter(
+            "ctxprec_reference_kind", "Scored retrievals by what relevance was judged against.",
+            ["service", "reference_kind"], registry=r)
         self.judge_requests = Counter("ctxprec_judge_requests", "Judge HTTP attempts by outcome.", ["model", "outcome"], registry=r)
         self.judge_latency = Histogram(
             "ctxprec_judge_latency_seconds", "Judge request latency.", ["model"], buckets=LATENCY_BUCKETS, registry=r)

@@ -94,6 +94,8 @@ def retrieval_from_event(event: RagEvent, *, message_time_ms: int | None = None)
         attributes=dict(event.attributes),
         end_time_unix_nano=end_ns,
         convention="rag_event",
+        answer_source="event" if event.output else "none",
+        resource={"service.name": event.service} if event.service else {},
     )
 
 

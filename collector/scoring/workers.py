@@ -133,8 +133,10 @@ class ScoringWorkers:
         record = score_record(
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
-            sample_rate=r.sample_rate, scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
-        attrs = score_attributes(result, self.identity, sample_rate=r.sample_rate)
+            sample_rate=r.sample_rate, answer_source=r.answer_source,
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+        attrs = score_attributes(result, self.identity, sample_rate=r.sample_rate, answer_source=r.answer_source,
+                                 answer_clean=r.answer_clean)
         if self.budget is not None:
             self.budget.settle(result.usage.cost_usd)
         self._finish(ScoreOutcome(r, Decision.EVALUATED, result, None, record, attrs, now))
@@ -145,8 +147,10 @@ class ScoringWorkers:
             error_type=error_type, message=message, record_id=self._rid(r), trace_id=r.trace_id,
             span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
-            sample_rate=r.sample_rate, scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
-        attrs = failure_attributes(error_type, self.identity, sample_rate=r.sample_rate)
+            sample_rate=r.sample_rate, answer_source=r.answer_source,
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+        attrs = failure_attributes(error_type, self.identity, sample_rate=r.sample_rate,
+                                   answer_source=r.answer_source)
         if self.budget is not None:
             self.budget.settle(0.0)
         self._finish(ScoreOutcome(r, Decision.FAILED, None, (error_type, message), record, attrs, now))

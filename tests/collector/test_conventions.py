@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ctxprec.collector.assembly.conventions import AttributeMapping, ConventionConfig, Conventions, resolve
+from ctxprec.collector.assembly.conventions import AttributeMapping, ConventionConfig, Conventions
+from ctxprec.collector.assembly.documents import resolve
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from tests.helpers.rag_traces import ANSWER, DOCUMENTS, QUERY, openinference_retriever, rag_trace, span, trace_id
 
@@ -46,17 +47,48 @@ def test_documents_are_ordered_by_numeric_index_not_attribute_order() -> None:
     assert found.retrieval.contexts[3].metadata == {"source": "faq.md"}
 
 
-def test_answer_falls_back_to_root_output_when_no_llm_follows_under_same_parent() -> None:
+def test_answer_is_the_llm_span_whose_input_holds_the_contexts_wherever_it_sits() -> None:
     trace = trace_id(True)
-    root = span(trace, "rag", {"output.value": "root answer"}, start=1_000, end=9_000)
-    chain = span(trace, "retrieve-chain", {}, parent=root.span_id, start=1_050)
+    server = span(trace, "POST /ask", {"http.method": "POST"}, start=1_000, end=9_000)
+    chain = span(trace, "retrieve-chain", {}, parent=server.span_id, start=1_050)
     retriever = openinference_retriever(trace, chain.span_id, start=1_100)
-    early_llm = span(trace, "llm-before", {"openinference.span.kind": "LLM", "output.value": "too early"},
+    early_llm = span(trace, "rewrite", {"openinference.span.kind": "LLM", "output.value": "too early"},
                      parent=chain.span_id, start=1_000)
-    other_parent_llm = span(trace, "llm-elsewhere", {"openinference.span.kind": "LLM", "output.value": "elsewhere"},
-                            parent=root.span_id, start=1_500)
-    [found] = Conventions().extract(records([root, chain, retriever, early_llm, other_parent_llm]))
-    assert found.retrieval.output == "root answer"
+    unrelated = span(trace, "title", {"openinference.span.kind": "LLM", "llm.input_messages.0.message.content": "Name it",
+                                      "output.value": "a title"}, parent=server.span_id, start=1_200)
+    generator = span(trace, "answer", {"openinference.span.kind": "LLM",
+                                       "llm.input_messages.0.message.content": f"Context:\n{DOCUMENTS[1]}\nQ: {QUERY}",
+                                       "llm.output_messages.0.message.content": "the real answer",
+                                       "output.value": json.dumps({"generations": [[{"text": "the real answer"}]]})},
+                     parent=server.span_id, start=1_500)
+    [found] = Conventions().extract(records([server, chain, retriever, early_llm, unrelated, generator]))
+    assert (found.retrieval.output, found.retrieval.answer_source) == ("the real answer", "llm_span")
+
+
+def test_of_several_consumers_the_last_gives_the_answer_and_containers_are_unwrapped() -> None:
+    trace = trace_id(True)
+    root = span(trace, "rag", {})
+    retriever = openinference_retriever(trace, root.span_id, start=1_100)
+    prompt = json.dumps({"messages": [[{"lc": 1, "kwargs": {"content": "Use: " + DOCUMENTS[0]}}]]})
+    first = span(trace, "refine-1", {"openinference.span.kind": "LLM", "input.value": prompt,
+                                     "output.value": json.dumps({"generations": [[{"text": "draft"}]]})},
+                 parent=root.span_id, start=1_200)
+    last = span(trace, "refine-2", {"openinference.span.kind": "LLM", "input.value": prompt,
+                                    "output.value": json.dumps({"generations": [[{"text": "final answer"}]]})},
+                parent=root.span_id, start=1_300)
+    [found] = Conventions().extract(records([root, retriever, last, first]))
+    assert (found.retrieval.output, found.retrieval.answer_clean) == ("final answer", True)
+
+
+def test_without_llm_spans_the_outermost_chain_output_is_the_answer() -> None:
+    trace = trace_id(True)
+    server = span(trace, "POST /ask", {}, start=1_000)
+    workflow = span(trace, "QueryEngine.workflow", {"traceloop.entity.output": json.dumps(
+        {"response": "chain answer", "metadata": {}})}, parent=server.span_id, start=1_010)
+    formatter = span(trace, "format", {"output.value": "\n\n".join(DOCUMENTS)}, parent=workflow.span_id, start=1_020)
+    retriever = openinference_retriever(trace, formatter.span_id, start=1_100)
+    [found] = Conventions().extract(records([server, workflow, formatter, retriever]))
+    assert (found.retrieval.output, found.retrieval.answer_source) == ("chain answer", "chain_output")
 
 
 def test_first_following_llm_wins_and_genai_output_messages_are_read() -> None:
@@ -195,10 +227,11 @@ def test_malformed_json_yields_no_contexts_not_an_exception() -> None:
         span(trace, "g1", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": "[{broken"}),
         span(trace, "g2", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": "[" * 50_000}),
         span(trace, "g3", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": 42}),
-        span(trace, "r1", {"traceloop.entity.name": "retriever", "traceloop.entity.output": "{\"outputs\": 7}"}),
     ]
-    found = Conventions().extract(records(bad))
-    assert [f.retrieval.span_id for f in found] == [s.span_id.hex() for s in bad]
+    named_only = span(trace, "r1", {"traceloop.entity.name": "retriever", "traceloop.entity.output": "{\"outputs\": 7}"})
+    found = Conventions().extract(records([*bad, named_only]))
+    # A retriever's name alone does not make a retrieval.
+    assert sorted(f.retrieval.span_id for f in found) == sorted(s.span_id.hex() for s in bad)
     assert all(f.retrieval.contexts == [] for f in found)
 
 
@@ -225,3 +258,105 @@ def test_resolve_paths() -> None:
     assert resolve(attrs, "a$.b[9]") is None
     assert resolve(attrs, "plain") == "v"
     assert resolve(attrs, "absent$.x") is None
+
+
+# -- real instrumentors' shapes, one rule each (the real apps run in tests/realtraffic) --
+
+def test_nested_retriever_spans_are_one_retrieval_read_from_the_outer_span_with_documents() -> None:
+    trace = trace_id(True)
+    outer = openinference_retriever(trace, b"", start=1_100)
+    inner = span(trace, "VectorIndexRetriever._retrieve", {
+        "openinference.span.kind": "RETRIEVER",
+        "input.value": json.dumps({"query_bundle": {"query_str": QUERY, "embedding": None}})},
+        parent=outer.span_id, start=1_110)
+    [found] = Conventions().extract(records([outer, inner]))
+    assert found.retrieval.span_id == outer.span_id.hex()
+    assert [c.content for c in found.retrieval.contexts] == DOCUMENTS
+
+
+def test_nested_retriever_spans_without_documents_are_one_retrieval_without_contexts() -> None:
+    trace = trace_id(True)
+    outer = span(trace, "retrieve", {"openinference.span.kind": "RETRIEVER", "input.value": QUERY}, start=1_100)
+    inner = span(trace, "_retrieve", {"openinference.span.kind": "RETRIEVER"}, parent=outer.span_id, start=1_110)
+    sibling = span(trace, "other", {"openinference.span.kind": "RETRIEVER"}, start=1_200)
+    found = Conventions().extract(records([outer, inner, sibling]))
+    assert [f.retrieval.span_id for f in found] == [outer.span_id.hex(), sibling.span_id.hex()]
+    assert found[0].retrieval.query == QUERY and found[0].retrieval.contexts == []
+
+
+def test_llamaindex_nodes_in_openllmetry_entity_output_as_json_strings() -> None:
+    trace = trace_id(True)
+    nodes = [json.dumps({"node": {"id_": f"n{i}", "text": doc, "metadata": {}}, "score": 0.5 - i / 10})
+             for i, doc in enumerate(DOCUMENTS)]
+    outer = span(trace, "VectorIndexRetriever.task", {
+        "traceloop.span.kind": "task", "traceloop.entity.name": "VectorIndexRetriever.task",
+        "traceloop.entity.input": json.dumps({"str_or_query_bundle": {"query_str": QUERY}}),
+        "traceloop.entity.output": json.dumps(nodes)}, start=1_100)
+    inner = span(trace, "VectorIndexRetriever.task", {
+        "traceloop.span.kind": "task", "traceloop.entity.output": json.dumps(nodes)},
+        parent=outer.span_id, start=1_110)
+    splitter = span(trace, "TokenTextSplitter.task", {
+        "traceloop.span.kind": "task", "traceloop.entity.output": json.dumps(["chunk one", "chunk two"])}, start=1_300)
+    workflow = span(trace, "QueryEngine.workflow", {
+        "traceloop.span.kind": "workflow", "traceloop.entity.output": json.dumps({"response": "x", "source_nodes": nodes})},
+        start=1_000)
+    [found] = Conventions().extract(records([workflow, outer, inner, splitter]))
+    r = found.retrieval
+    assert (r.span_id, r.query, r.convention) == (outer.span_id.hex(), QUERY, "openllmetry")
+    assert [(c.content, c.id) for c in r.contexts] == [(d, f"n{i}") for i, d in enumerate(DOCUMENTS)]
+    assert r.contexts[0].score == pytest.approx(0.5)
+
+
+def test_haystack_reprs_and_llamaindex_role_prefix_are_read_as_text() -> None:
+    trace = trace_id(True)
+    root = span(trace, "Pipeline.run", {})
+    retriever = openinference_retriever(trace, root.span_id, start=1_100)
+    reply = "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[TextContent(text='It\\'s under Settings.')], _meta={})"
+    llm = span(trace, "Generator.run", {"openinference.span.kind": "LLM",
+                                        "input.value": json.dumps({"messages": [DOCUMENTS[0]]}),
+                                        "output.value": json.dumps({"replies": [reply]})},
+               parent=root.span_id, start=1_200)
+    [found] = Conventions().extract(records([root, retriever, llm]))
+    assert found.retrieval.output == "It's under Settings."
+    chat = span(trace, "CannedLLM.chat", {"openinference.span.kind": "LLM", "output.value": "assistant: Plain answer."},
+                parent=root.span_id, start=1_200)
+    [found] = Conventions().extract(records([root, retriever, chat]))
+    assert found.retrieval.output == "Plain answer."
+
+
+def test_an_answer_of_unknown_shape_is_used_but_marked_not_clean() -> None:
+    trace = trace_id(True)
+    root = span(trace, "rag", {})
+    retriever = openinference_retriever(trace, root.span_id, start=1_100)
+    llm = span(trace, "llm", {"openinference.span.kind": "LLM", "output.value": json.dumps({"weird": {"shape": 1}})},
+               parent=root.span_id, start=1_200)
+    [found] = Conventions().extract(records([root, retriever, llm]))
+    assert found.retrieval.output == json.dumps({"weird": {"shape": 1}})
+    assert (found.retrieval.answer_source, found.retrieval.answer_clean) == ("llm_span", False)
+
+
+def test_no_llm_span_and_no_chain_output_means_no_answer() -> None:
+    trace = trace_id(True)
+    server = span(trace, "POST /ask", {"http.method": "POST"})
+    retriever = openinference_retriever(trace, server.span_id, start=1_100)
+    [found] = Conventions().extract(records([server, retriever]))
+    assert (found.retrieval.output, found.retrieval.answer_source) == (None, "none")
+
+
+def test_each_retrieval_gets_the_llm_call_that_consumed_its_own_contexts() -> None:
+    trace = trace_id(True)
+    root = span(trace, "agent", {})
+    first = openinference_retriever(trace, root.span_id, ["Paris is the capital of France."], query="capital?",
+                                    start=1_100)
+    second = openinference_retriever(trace, root.span_id, ["The Seine flows through Paris."], query="river?",
+                                     start=1_150)
+    answer_second = span(trace, "llm-2", {"openinference.span.kind": "LLM",
+                                          "llm.input_messages.0.message.content": "Use: The Seine flows through Paris.",
+                                          "llm.output_messages.0.message.content": "The Seine."},
+                         parent=root.span_id, start=1_300)
+    answer_first = span(trace, "llm-1", {"openinference.span.kind": "LLM",
+                                         "llm.input_messages.0.message.content": "Use: Paris is the capital of France.",
+                                         "llm.output_messages.0.message.content": "Paris."},
+                        parent=root.span_id, start=1_200)
+    found = Conventions().extract(records([root, first, second, answer_second, answer_first]))
+    assert {f.retrieval.query: f.retrieval.output for f in found} == {"capital?": "Paris.", "river?": "The Seine."}

@@ -3,6 +3,7 @@ stub judge over HTTP -> scores written back to a real OTLP receiver, and metrics
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Awaitable, Callable
 
 import aiohttp
@@ -175,8 +176,61 @@ async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judg
             assert log_record.attributes["gen_ai.evaluation.score.value"] == 0.83
             assert log_record.attributes["gen_ai.evaluation.name"] == "context_precision"
             assert evaluator.via == downstream and log_record.via == downstream
+            # Filed with the app, not under a service of ctxprec's own.
+            assert evaluator.resource["service.name"] == "support-bot"
+            assert log_record.resource["service.name"] == "support-bot"
+            assert evaluator.scope == "ctxprec.evaluator"
+            assert a["ctxprec.answer_source"] == "llm_span"
     finally:
         await capture.stop()
+
+
+@pytest.mark.parametrize("downstream", ["http", "grpc"])
+async def test_evaluation_logs_stop_with_one_warning_when_the_backend_takes_no_logs(
+        make_stub_judge: MakeStub, downstream: str, caplog: pytest.LogCaptureFixture) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture(logs=False).start()
+    url = capture.http_url if downstream == "http" else capture.grpc_url
+    config = serve_config(*judge_flags(stub), "--forward-to", url, "--write-back", "evaluator")
+    caplog.set_level(logging.INFO)
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="http", port=pipeline.otlp_http_port)
+            for i in range(3):
+                app.openinference(f"{QUERY} #{i}", DOCS_083, ANSWER)
+                await app.flush()
+                await wait_until(lambda n=i: len(capture.find_spans("openinference.span.kind", "EVALUATOR")) > n,
+                                 what=f"evaluator span {i + 1}")
+            await app.close()
+            assert pipeline.evaluator is not None and not pipeline.evaluator.logs_enabled
+            _, text = await fetch(f"{pipeline.metrics_url}/metrics")
+            dropped = value(scrape(text), "ctxprec_export_dropped_total", exporter="evaluator_logs", reason="unsupported")
+    finally:
+        await capture.stop()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "does not take OTLP logs" in r.getMessage()]
+    assert len(warnings) == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert capture.logs == []
+    assert dropped >= 1
+    if downstream == "http":
+        assert capture.log_requests == 1  # probed once, then never again
+
+
+async def test_evaluation_logs_off_sends_none(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    config = serve_config(*judge_flags(stub), "--forward-to", capture.http_url, "--write-back", "evaluator",
+                          "--evaluation-logs", "off")
+    try:
+        async with running(config) as pipeline:
+            app = RagApp(protocol="http", port=pipeline.otlp_http_port)
+            app.openinference(QUERY, DOCS_083, ANSWER)
+            await app.flush()
+            await app.close()
+            await capture.wait_for_span("openinference.span.kind", "EVALUATOR", timeout=20)
+    finally:
+        await capture.stop()
+    assert capture.log_requests == 0 and capture.logs == []
 
 
 async def test_head_sampling_is_deterministic_and_every_retrieval_is_decided(make_stub_judge: MakeStub) -> None:

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 from ctxprec.collector.assembly.trace_buffer import BufferSettings
 from ctxprec.collector.assembly.wire import remove_spans
-from ctxprec.collector.exporters.span_forwarder import ForwarderSettings, SpanForwarder
+from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, PendingAck
 from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
@@ -35,7 +35,7 @@ class Mode:
     capture: OtlpCapture
     metrics: Metrics
     sink: CollectingSink
-    forwarder: SpanForwarder
+    forwarder: OtlpSender
     ingest: OtlpIngest
     http: OtlpHttpReceiver
     grpc: OtlpGrpcReceiver
@@ -70,7 +70,7 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
         metrics = Metrics()
         sink = CollectingSink()
         url = capture.http_url if downstream == "http" else capture.grpc_url
-        fw = SpanForwarder(ForwarderSettings(url, **forwarder), metrics=metrics)
+        fw = OtlpSender(SenderSettings(url, **forwarder), metrics=metrics)
         await fw.start()
         ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=metrics, forwarder=fw,
                             settings=IngestSettings(buffer=BufferSettings(quiet_s=quiet_s), flush_interval_s=0.02,
@@ -249,7 +249,7 @@ async def test_forwarder_retries_through_transient_failures(
         capture: OtlpCapture, downstream: str) -> None:
     metrics = Metrics()
     url = capture.http_url if downstream == "http" else capture.grpc_url
-    fw = SpanForwarder(ForwarderSettings(url, backoff_initial_s=0.01, max_retries=3), metrics=metrics)
+    fw = OtlpSender(SenderSettings(url, backoff_initial_s=0.01, max_retries=3), metrics=metrics)
     await fw.start()
     try:
         capture.fail_next(2)
@@ -274,7 +274,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
     with __import__("socket").socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
-    fw = SpanForwarder(ForwarderSettings(f"http://127.0.0.1:{dead_port}", max_queue_bytes=len(body) * 2,
+    fw = OtlpSender(SenderSettings(f"http://127.0.0.1:{dead_port}", max_queue_bytes=len(body) * 2,
                                          backoff_initial_s=0.01, backoff_max_s=0.02, max_retries=2, senders=1),
                        metrics=metrics)
     await fw.start()
@@ -290,7 +290,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
     finally:
         await fw.stop()
 
-    rejecting = SpanForwarder(ForwarderSettings(capture.http_url), metrics=metrics)
+    rejecting = OtlpSender(SenderSettings(capture.http_url), metrics=metrics)
     await rejecting.start()
     try:
         capture.fail_next(1, http_status=400)
@@ -305,9 +305,9 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
 
 def test_forwarder_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="forward_to"):
-        ForwarderSettings("ftp://collector:4317")
+        SenderSettings("ftp://collector:4317")
     with pytest.raises(ValueError, match="no host"):
-        ForwarderSettings("http://")
+        SenderSettings("http://")
 
 
 def test_remove_spans_rewrites_only_the_enclosing_frames() -> None:

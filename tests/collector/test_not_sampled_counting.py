@@ -33,6 +33,8 @@ from tests.helpers.rag_traces import CollectingSink, kv, span, trace_id
 
 MAPPING = AttributeMapping(query="app.question", contexts="app.docs")
 DOCS = json.dumps(["first document", "second document"])
+LANGCHAIN_DOCS = json.dumps({"documents": [{"page_content": "first document", "metadata": {}},
+                                           {"page_content": "second document", "metadata": {}}]})
 
 # Retrieval spans of each convention, and look-alikes that are not retrievals.
 KINDS: dict[str, tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
@@ -44,7 +46,7 @@ KINDS: dict[str, tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] =
                            [("db.query.result", {"db.query.result.document": "a"}),
                             ("db.query.result", {"db.query.result.document": "b"})]),
     "traceloop": ("langchain.retriever", {"traceloop.entity.name": "VectorStoreRetriever",
-                                          "traceloop.entity.input": "q", "traceloop.entity.output": DOCS}, []),
+                                          "traceloop.entity.input": "q", "traceloop.entity.output": LANGCHAIN_DOCS}, []),
     "mapping": ("lookup", {"app.question": "q", "app.docs": DOCS}, []),
     "both_exact": ("hybrid", {"openinference.span.kind": "RETRIEVER", "gen_ai.operation.name": "retrieval"}, []),
     # not retrievals:
@@ -78,14 +80,13 @@ def request_with(resources: list[tuple[str, list[Span]]], resource_attrs: dict[s
 
 
 def truth(request: ExportTraceServiceRequest, conventions: Conventions) -> Counter[str]:
-    """Retrievals per service by the extraction matcher, span by span."""
+    """Retrievals per service by the extraction rules, on fully decoded spans."""
     out: Counter[str] = Counter()
     for rs in request.resource_spans:
         service = service_name(rs.resource)
-        for ss in rs.scope_spans:
-            for one in ss.spans:
-                if conventions.match(span_record(one, service, 20_000)) is not None:
-                    out[service] += 1
+        records = [span_record(one, service, 20_000) for ss in rs.scope_spans for one in ss.spans]
+        if conventions.count(records):
+            out[service] += conventions.count(records)
     return out
 
 
@@ -140,6 +141,26 @@ async def test_mixed_conventions_resources_and_sampled_traces() -> None:
     assert sink.not_sampled_counts == {"a": 4, "b": 2, "c": 1}
     assert Counter(r.service for r in sink.retrievals) == {"a": 3, "b": 1}
     assert sink.not_sampled_counts + Counter(r.service for r in sink.retrievals) == truth(request, ingest.conventions)
+
+
+def nested_retrieval(trace: bytes) -> list[Span]:
+    """LlamaIndex's shape: a RETRIEVER span with documents around one without."""
+    outer = make_span("openinference", trace)
+    inner = span(trace, "_retrieve", {"openinference.span.kind": "RETRIEVER", "input.value": "q"},
+                 parent=outer.span_id)
+    return [inner, outer]  # the inner span ends first, and is exported first
+
+
+async def test_nested_retriever_spans_count_once_sampled_or_not() -> None:
+    ingest, sink = make_ingest(rate=0.5)
+    unsampled = [s for _ in range(4) for s in nested_retrieval(trace_id(False))]
+    sampled = [s for _ in range(2) for s in nested_retrieval(trace_id(True))]
+    plain = [make_span("openinference", trace_id(False)) for _ in range(3)]
+    request = request_with([("svc", unsampled + sampled + plain)])
+    await run(ingest, request)
+    assert sink.not_sampled_counts == {"svc": 4 + 3}
+    assert len(sink.retrievals) == 2
+    assert all(len(r.contexts) == 1 for r in sink.retrievals)
 
 
 async def test_a_disabled_convention_is_neither_counted_nor_extracted() -> None:

@@ -78,7 +78,11 @@ class CapturedLog:
 
 
 class OtlpCapture:
-    def __init__(self, *, record_bodies: bool = True) -> None:
+    def __init__(self, *, record_bodies: bool = True, logs: bool = True) -> None:
+        """`logs=False` acts as a traces-only backend (Arize Phoenix does): /v1/logs answers 405
+        and the gRPC LogsService is UNIMPLEMENTED."""
+        self.accept_logs = logs
+        self.log_requests = 0  # log export attempts, refused ones included
         self.spans: list[CapturedSpan] = []
         self.logs: list[CapturedLog] = []
         self.bodies: list[bytes] = []  # uncompressed trace request bodies, in arrival order
@@ -97,7 +101,11 @@ class OtlpCapture:
     async def start(self, host: str = "127.0.0.1") -> "OtlpCapture":
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._http_traces)
-        app.router.add_post("/v1/logs", self._http_logs)
+        if self.accept_logs:
+            app.router.add_post("/v1/logs", self._http_logs)
+        else:
+            app.router.add_get("/v1/logs", self._count_refused_log)
+            app.middlewares.append(self._count_log_posts)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, 0)
@@ -105,16 +113,16 @@ class OtlpCapture:
         self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-        server.add_generic_rpc_handlers((
-            grpc.method_handlers_generic_handler("opentelemetry.proto.collector.trace.v1.TraceService", {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    self._grpc_traces, request_deserializer=None,
-                    response_serializer=ExportTraceServiceResponse.SerializeToString)}),
-            grpc.method_handlers_generic_handler("opentelemetry.proto.collector.logs.v1.LogsService", {
+        handlers = [grpc.method_handlers_generic_handler("opentelemetry.proto.collector.trace.v1.TraceService", {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                self._grpc_traces, request_deserializer=None,
+                response_serializer=ExportTraceServiceResponse.SerializeToString)})]
+        if self.accept_logs:
+            handlers.append(grpc.method_handlers_generic_handler("opentelemetry.proto.collector.logs.v1.LogsService", {
                 "Export": grpc.unary_unary_rpc_method_handler(
                     self._grpc_logs, request_deserializer=ExportLogsServiceRequest.FromString,
-                    response_serializer=ExportLogsServiceResponse.SerializeToString)}),
-        ))
+                    response_serializer=ExportLogsServiceResponse.SerializeToString)}))
+        server.add_generic_rpc_handlers(tuple(handlers))
         self.grpc_port = server.add_insecure_port(f"{host}:0")
         await server.start()
         self._grpc = server
@@ -212,7 +220,17 @@ class OtlpCapture:
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
 
+    @web.middleware
+    async def _count_log_posts(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/v1/logs":
+            self.log_requests += 1
+        return await handler(request)
+
+    async def _count_refused_log(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
     async def _http_logs(self, request: web.Request) -> web.Response:
+        self.log_requests += 1
         self._record_logs(ExportLogsServiceRequest.FromString(await self._http_body(request)), "http")
         return web.Response(body=ExportLogsServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")

@@ -1,11 +1,16 @@
-"""Forwards OTLP trace data to `--forward-to` (span write-back mode, SPEC.md section 6).
+"""Sends serialized OTLP export requests (traces or logs) to `--forward-to`.
 
-Items are serialized `ExportTraceServiceRequest` bytes. Two serialized requests concatenated are
-the serialization of their merge (repeated fields append), so a batch is just the queued bytes
-joined: unsampled traffic goes out byte for byte as it came in, and batching costs no protobuf
-work. The queue is bounded in bytes; a full queue, a permanent rejection or exhausted retries
-drop the data and count it in `ctxprec_export_dropped_total{exporter="span_forwarder",reason}`.
-Senders take whatever is queued the moment they are free, so an idle forwarder adds no delay.
+Items are serialized `ExportTraceServiceRequest` (or `ExportLogsServiceRequest`) bytes. Two
+serialized requests concatenated are the serialization of their merge (repeated fields append),
+so a batch is just the queued bytes joined: unsampled traffic goes out byte for byte as it came
+in, and batching costs no protobuf work. The queue is bounded in bytes; a full queue, a permanent
+rejection or exhausted retries drop the data and count it in
+`ctxprec_export_dropped_total{exporter,reason}`. Senders take whatever is queued the moment they
+are free, so an idle sender adds no delay.
+
+A receiver that does not take a signal at all (HTTP 404, 405 or 415; gRPC UNIMPLEMENTED) is told
+apart from other rejections: with `on_unsupported` set, the sender calls it once and drops what
+it was sending without logging, so the owner can turn the signal off with one message.
 """
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.abc
 import aiohttp.payload
 import grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ctxprec.collector.metrics.registry import Metrics
@@ -31,15 +37,21 @@ from ctxprec.collector.metrics.registry import Metrics
 log = logging.getLogger(__name__)
 
 EXPORTER = "span_forwarder"
-EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+TRACES, LOGS = "traces", "logs"
+_SIGNALS = {
+    TRACES: ("/v1/traces", "/opentelemetry.proto.collector.trace.v1.TraceService/Export", ExportTraceServiceResponse),
+    LOGS: ("/v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export", ExportLogsServiceResponse),
+}
+_UNSUPPORTED_HTTP = frozenset({404, 405, 415})
 _RETRY_HTTP = frozenset({429, 502, 503, 504})
 _RETRY_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 
 
 @dataclass(slots=True)
-class ForwarderSettings:
+class SenderSettings:
     url: str
+    signal: str = TRACES  # "traces" | "logs"
     headers: dict[str, str] = field(default_factory=dict)
     max_queue_bytes: int = 64 * 1024 * 1024
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
@@ -60,6 +72,24 @@ class ForwarderSettings:
             raise ValueError(f"forward_to: {self.url!r} has no host")
         if self.senders < 1 or self.max_queue_bytes < 1 or self.max_batch_bytes < 1:
             raise ValueError("forward_to: senders, max_queue_bytes and max_batch_bytes must be positive")
+        if self.signal not in _SIGNALS:
+            raise ValueError(f"signal: must be one of {', '.join(_SIGNALS)}, got {self.signal!r}")
+
+
+def signal_url(url: str, signal: str) -> str:
+    """The endpoint for `signal` under `--forward-to`: `/v1/traces` or `/v1/logs` when the URL
+    has no path; a URL ending in `/v1/traces` swaps its last part; any other path is a prefix
+    (a collector behind a reverse proxy)."""
+    parts = urlsplit(url)
+    own = _SIGNALS[signal][0]
+    path = parts.path.rstrip("/")
+    if not path:
+        path = own
+    elif path.endswith(("/v1/traces", "/v1/logs")):
+        path = path.rsplit("/v1/", 1)[0] + own
+    else:
+        path += own
+    return parts._replace(path=path).geturl()
 
 
 class _Retryable(Exception):
@@ -69,7 +99,9 @@ class _Retryable(Exception):
 
 
 class _Rejected(Exception):
-    pass
+    def __init__(self, message: str, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
 
 
 class _Transport(Protocol):
@@ -96,10 +128,9 @@ class _PartsPayload(aiohttp.payload.Payload):
 
 
 class _HttpTransport:
-    def __init__(self, settings: ForwarderSettings) -> None:
+    def __init__(self, settings: SenderSettings) -> None:
         parts = urlsplit(settings.url)
-        path = parts.path if parts.path not in ("", "/") else "/v1/traces"
-        self.url = parts._replace(path=path).geturl()
+        self.url = signal_url(settings.url, settings.signal)
         self.headers = {"Content-Type": "application/x-protobuf", **settings.headers}
         context: ssl.SSLContext | None = None
         if parts.scheme == "https":
@@ -120,7 +151,7 @@ class _HttpTransport:
                     return
                 if response.status in _RETRY_HTTP:
                     raise _Retryable(f"HTTP {response.status}", _retry_after(response.headers.get("Retry-After")))
-                raise _Rejected(f"HTTP {response.status}")
+                raise _Rejected(f"HTTP {response.status}", unsupported=response.status in _UNSUPPORTED_HTTP)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
 
@@ -129,7 +160,7 @@ class _HttpTransport:
 
 
 class _GrpcTransport:
-    def __init__(self, settings: ForwarderSettings) -> None:
+    def __init__(self, settings: SenderSettings) -> None:
         parts = urlsplit(settings.url)
         target = f"{parts.hostname}:{parts.port or 4317}"
         options = [("grpc.max_send_message_length", settings.max_batch_bytes * 2 + 1024)]
@@ -141,10 +172,11 @@ class _GrpcTransport:
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
-        # TraceServiceStub would serialize a message; the identity serializer sends the queued
+        # The service stub would serialize a message; the identity serializer sends the queued
         # bytes as they are (same method, same wire format).
+        _, method, response = _SIGNALS[settings.signal]
         self._export = self._channel.unary_unary(
-            EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)
+            method, request_serializer=None, response_deserializer=response.FromString)
         self._metadata = tuple((k.lower(), v) for k, v in settings.headers.items())
         self._timeout = settings.timeout_s
 
@@ -155,7 +187,8 @@ class _GrpcTransport:
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _RETRY_GRPC:
                 raise _Retryable(f"gRPC {exc.code().name}: {exc.details()}") from None
-            raise _Rejected(f"gRPC {exc.code().name}: {exc.details()}") from None
+            raise _Rejected(f"gRPC {exc.code().name}: {exc.details()}",
+                            unsupported=exc.code() == grpc.StatusCode.UNIMPLEMENTED) from None
 
     async def close(self) -> None:
         await self._channel.close()
@@ -174,10 +207,17 @@ class _Item:
     spans: int
 
 
-class SpanForwarder:
-    def __init__(self, settings: ForwarderSettings, *, metrics: Metrics) -> None:
+class OtlpSender:
+    def __init__(self, settings: SenderSettings, *, metrics: Metrics, exporter: str = EXPORTER,
+                 on_unsupported: Callable[[str], None] | None = None) -> None:
+        """`exporter` names this sender in the exported/dropped counters. `on_unsupported(reason)`
+        is called once if the receiver does not take this signal; later items are dropped as
+        `unsupported`."""
         self.settings = settings
+        self.exporter = exporter
         self._metrics = metrics
+        self._on_unsupported = on_unsupported
+        self.unsupported: str | None = None
         self._queue: deque[_Item] = deque()
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
@@ -185,8 +225,8 @@ class SpanForwarder:
         self._transport: _Transport | None = None
         self._in_flight = 0
         self._closing = False
-        self._ok = metrics.exported_spans.labels(exporter=EXPORTER, outcome="ok")
-        self._failed = metrics.exported_spans.labels(exporter=EXPORTER, outcome="failed")
+        self._ok = metrics.exported_spans.labels(exporter=exporter, outcome="ok")
+        self._failed = metrics.exported_spans.labels(exporter=exporter, outcome="failed")
 
     # -- input (never blocks, never grows past the bound) --
 
@@ -194,6 +234,9 @@ class SpanForwarder:
         """Queues serialized ExportTraceServiceRequest bytes. False when dropped."""
         if self._closing:
             self._drop("shutdown", spans)
+            return False
+        if self.unsupported is not None:
+            self._drop("unsupported", spans)
             return False
         if self._queued_bytes + len(body) > self.settings.max_queue_bytes:
             self._drop("queue_full", spans)
@@ -271,14 +314,20 @@ class SpanForwarder:
             try:
                 await self._transport.send(body)
             except _Rejected as exc:
-                log.warning("span forwarder: %s rejected %d spans: %s", s.url, spans, exc)
+                if exc.unsupported and self._on_unsupported is not None:
+                    self._drop("unsupported", spans)
+                    if self.unsupported is None:
+                        self.unsupported = str(exc)
+                        self._on_unsupported(str(exc))
+                    return
+                log.warning("%s: %s rejected %d items: %s", self.exporter, s.url, spans, exc)
                 self._failed.inc(spans)
                 self._drop("rejected", spans)
                 return
             except _Retryable as exc:
                 if attempt >= s.max_retries:
-                    log.warning("span forwarder: giving up on %d spans after %d attempts: %s",
-                                spans, attempt + 1, exc)
+                    log.warning("%s: giving up on %d items after %d attempts: %s",
+                                self.exporter, spans, attempt + 1, exc)
                     self._failed.inc(spans)
                     self._drop("retries_exhausted", spans)
                     return
@@ -290,4 +339,4 @@ class SpanForwarder:
                 return
 
     def _drop(self, reason: str, spans: int) -> None:
-        self._metrics.export_dropped.labels(exporter=EXPORTER, reason=reason).inc(spans)
+        self._metrics.export_dropped.labels(exporter=self.exporter, reason=reason).inc(spans)

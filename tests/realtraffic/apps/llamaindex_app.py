@@ -1,0 +1,161 @@
+"""LlamaIndex RAG app: VectorStoreIndex over fixed nodes, a fake embedding and a canned LLM.
+
+The LLM is either CannedLLM or llama-index-llms-openai's real OpenAI class over a mock
+transport (fake_openai.py); instrumentors treat the OpenAI class specially (OpenLLMetry
+opens no span for it and defers to its separate OpenAI instrumentor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from llama_index.core import PromptTemplate, Settings, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.llms.llm import LLM
+from llama_index.core.schema import NodeWithScore, TextNode
+from opentelemetry.sdk.trace import TracerProvider
+
+from .corpus import DOCS, TOP_K, RunResult, canned_answer_for, embed_text, format_contexts
+from .fake_openai import FAKE_API_KEY, FAKE_BASE_URL, FAKE_MODEL, mock_transport
+
+LLMKind = Literal["canned", "openai"]
+
+# The same wording as LlamaIndex's default QA prompt, so the sequential shape sends the
+# model what the query engine would.
+QA_PROMPT = PromptTemplate(
+    "Context information is below.\n"
+    "---------------------\n"
+    "{context_str}\n"
+    "---------------------\n"
+    "Given the context information and not prior knowledge, answer the query.\n"
+    "Query: {query_str}\n"
+    "Answer: "
+)
+
+
+class CorpusEmbedding(BaseEmbedding):
+    """Deterministic vectors from the corpus; see corpus.embed_text."""
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return embed_text(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return embed_text(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return embed_text(text)
+
+
+class CannedLLM(CustomLLM):
+    """Answers with the corpus's canned answer for whichever question the prompt contains.
+
+    It declares itself a chat model, as hosted LLMs do, so query engines call `chat` and
+    instrumentors see chat events (OpenLLMetry records prompts only from chat events).
+    """
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="canned-llm", context_window=4096, num_output=256, is_chat_model=True)
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        prompt = "\n".join(m.content or "" for m in messages)
+        reply = ChatMessage(role=MessageRole.ASSISTANT, content=canned_answer_for(prompt))
+        return ChatResponse(message=reply)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text=canned_answer_for(prompt))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        answer = canned_answer_for(prompt)
+        yield CompletionResponse(text=answer, delta=answer)
+
+
+def _whitespace_tokenizer(text: str) -> list[str]:
+    return text.split()
+
+
+def configure_offline(llm: LLM) -> None:
+    # The default tokenizer is tiktoken, which may fetch its BPE file from the internet;
+    # prompt packing only needs a rough count.
+    Settings.tokenizer = _whitespace_tokenizer
+    # Defaults would otherwise resolve to OpenAI models needing a key and the network.
+    Settings.llm = llm
+    Settings.embed_model = CorpusEmbedding()
+
+
+def _make_llm(kind: LLMKind) -> LLM:
+    if kind == "canned":
+        return CannedLLM()
+    import httpx
+    from llama_index.llms.openai import OpenAI
+
+    return OpenAI(
+        model=FAKE_MODEL,
+        api_key=FAKE_API_KEY,
+        api_base=FAKE_BASE_URL,
+        max_retries=0,
+        http_client=httpx.Client(transport=mock_transport()),
+    )
+
+
+def instrument(instrumentor: str, provider: TracerProvider) -> None:
+    if instrumentor == "openinference":
+        from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+
+        LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+    elif instrumentor == "openllmetry":
+        from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor as TraceloopInstrumentor
+
+        TraceloopInstrumentor().instrument(tracer_provider=provider)
+    else:
+        raise ValueError(f"no {instrumentor} instrumentor for llamaindex")
+
+
+class LlamaIndexApp:
+    def __init__(self, llm: LLMKind) -> None:
+        self.llm = _make_llm(llm)
+        configure_offline(self.llm)
+        # Nodes rather than Documents: no sentence splitting, so no NLTK data is needed and
+        # node ids are the corpus ids.
+        nodes = [TextNode(id_=d.doc_id, text=d.text) for d in DOCS]
+        self.index = VectorStoreIndex(nodes, embed_model=CorpusEmbedding())
+        self.query_engine = self.index.as_query_engine(llm=self.llm, similarity_top_k=TOP_K)
+        self.retriever = self.index.as_retriever(similarity_top_k=TOP_K)
+
+    def run_direct(self, question: str) -> RunResult:
+        response = self.query_engine.query(question)
+        return _result(question, list(response.source_nodes), str(response))
+
+    def run_sequential(self, question: str) -> RunResult:
+        nodes = self.retriever.retrieve(question)
+        context = format_contexts([n.node.get_content() for n in nodes])
+        messages = QA_PROMPT.format_messages(context_str=context, query_str=question)
+        reply = self.llm.chat(messages)
+        return _result(question, nodes, reply.message.content or "")
+
+
+def _result(question: str, nodes: list[NodeWithScore], answer: str) -> RunResult:
+    return RunResult(
+        query=question,
+        contexts=[n.node.get_content() for n in nodes],
+        context_ids=[n.node.node_id for n in nodes],
+        answer=answer,
+    )
+
+
+def build_app(llm: LLMKind = "canned") -> LlamaIndexApp:
+    return LlamaIndexApp(llm)

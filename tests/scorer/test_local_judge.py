@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from ctxprec.scorer.judge.local import LocalJudge, stem, terms
-from ctxprec.scorer.judge.local_eval import evaluate, load_cases
+from ctxprec.scorer.judge.local_eval import SETS, evaluate, load_cases
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:
@@ -21,10 +21,14 @@ def test_agreement_with_human_labels_is_at_least_85_percent() -> None:
     assert result.true_pos / (result.true_pos + result.false_neg) >= 0.8
     assert result.true_neg / (result.true_neg + result.false_pos) >= 0.8
 
-def test_cli_prints_agreement() -> None:
-    out = subprocess.run([sys.executable, "-m", "ctxprec.scorer.judge.local_eval"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0
-    assert "verdict agreement:" in out.stdout and "cases: " in out.stdout
+def test_cli_prints_agreement_per_set_and_split() -> None:
+    out = subprocess.run([sys.executable, "-m", "ctxprec.scorer.judge.local_eval"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == set(SETS)
+    # The original set's row carries its own size: 46 cases, 231 contexts.
+    assert rows["original"][1:3] == ["46", "231"]
+    assert all(row[3].endswith("%") for row in rows.values())
 
 async def test_verdicts_are_deterministic_and_say_they_are_local() -> None:
     judge = LocalJudge()

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 LOCAL_PROMPT_VERSION = "local-lexical-v2"
 LOCAL_MODEL = "local"
+# What the local judge reports per judged sample: it has no network to fail, only its own code.
+LOCAL_OUTCOMES = ("ok", "error")
 
 
 @dataclass(frozen=True, slots=True)

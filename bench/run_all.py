@@ -22,6 +22,7 @@ DOC = ROOT / "docs" / "BENCHMARKS.md"
 BENCHMARKS = [
     "judge_client_cpu",
     "judge_tokens",
+    "cold_start",
     "redact",
     "score_throughput",
     "ingest",
@@ -57,6 +58,8 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
                          "ratios.ctxprec_over_bare", "<= 3", lambda r: r <= 3),
     "judge_tokens": ("prompt tokens per 10-context sample, ctxprec / one call per context (500-char contexts)",
                      "chunks_500_chars.prompt_token_ratio_vs_per_context", "<= 0.5, 1 call", lambda r: r <= 0.5),
+    "cold_start": ("cold `ctxprec score` CPU and peak RSS, priced / unpriced model name (200 events)",
+                   "ratios.cpu_priced_over_unpriced", "<= 1.5 (RSS too)", "goal_met"),
     "score_throughput": ("`ctxprec score` rate / bare aiohttp client, 10,000 events",
                          "ratio_vs_bare", ">= 0.9", lambda r: r >= 0.9),
     "ingest": ("OTLP ingest spans/s at 1% / bare ParseFromString", "ratio", ">= 0.2", lambda r: r >= 0.2),

@@ -30,6 +30,8 @@ from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.placement import make_engine
 from ctxprec.collector.scoring.workers import ResultSink, ScoringWorkers
 from ctxprec.collector.version import VERSION
+from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
+from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ class Pipeline:
         self.kafka_receiver: Any = None
         self.kafka_results: Any = None
         self._build_kafka()
+        self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
+                                   judge_outcomes=LOCAL_OUTCOMES if self.engine.model == "local" else REQUEST_OUTCOMES)
         self.metrics_server: MetricsServer | None = None
         if config.metrics_listen is not None:
             host, port = config.metrics_listen
@@ -73,6 +77,11 @@ class Pipeline:
         self._started = False
 
     # -- assembly of the parts --
+
+    def _receiver_names(self) -> list[str]:
+        c = self.config
+        names = [name for name, listen in (("otlp_grpc", c.otlp_grpc), ("otlp_http", c.otlp_http)) if listen is not None]
+        return names + (["kafka"] if c.kafka is not None else [])
 
     def _rss_bytes(self) -> int:
         """The memory cap covers the scoring process too: they share the container's limit."""

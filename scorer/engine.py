@@ -183,12 +183,13 @@ class ContextPrecisionEngine:
 
 
 def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None) -> ContextPrecisionEngine:
-    """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient."""
+    """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient.
+    Either reports each judging request to `observer`."""
     validate_scale(scale)
     if _is_local(config):
         from ctxprec.scorer.judge.local import LocalJudge
 
-        judge: Judge = LocalJudge(max_context_chars=config.max_context_chars)
+        judge: Judge = LocalJudge(max_context_chars=config.max_context_chars, observer=observer)
     else:
         from ctxprec.scorer.judge.factory import make_chat_client
         from ctxprec.scorer.judge.llm import LLMJudge

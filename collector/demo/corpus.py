@@ -69,8 +69,8 @@ _RAW: dict[str, dict[str, list[tuple[str, str, tuple[str, ...]]]]] = {
         ],
         "billing": [
             ("Where can I download my invoices?",
-             "Invoices are listed under Billing, Invoice history; each invoice downloads as a PDF.",
-             ("Billing, Invoice history lists every invoice issued to the workspace.",
+             "Invoices appear under Billing, Invoice history; each invoice downloads as a PDF.",
+             ("Billing, Invoice history shows every invoice sent to the workspace.",
               "Click an invoice in the history and it downloads as a PDF with tax details.")),
             ("How long does a refund take?",
              "Approved refunds reach the original card within five to ten business days.",
@@ -137,7 +137,7 @@ _RAW: dict[str, dict[str, list[tuple[str, str, tuple[str, ...]]]]] = {
             ("What happens when my webhook endpoint is down?",
              "Failed webhook deliveries are retried with backoff for three days before the event is dropped.",
              ("Webhook deliveries that fail are retried with increasing backoff.",
-              "Retries continue for three days; after that the event is dropped and logged.")),
+              "Redelivery goes on for three days; after that the event is dropped and logged.")),
         ],
         "sdk": [
             ("How do I install the Python SDK?",

@@ -6,6 +6,7 @@ first N distinct values and folds the rest into `other`."""
 from __future__ import annotations
 
 import threading
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -15,6 +16,15 @@ SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DELAY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 OTHER = "other"
+
+# Every reason each receiver can count an error for (the receivers and assembly name them), so
+# that the configured receivers' series exist at 0 from the start, as Prometheus recommends:
+# a panel then shows 0, not "no data", and rate() sees the first error.
+RECEIVER_ERROR_REASONS: dict[str, tuple[str, ...]] = {
+    "otlp_http": ("unauthenticated", "too_large", "bad_body", "unsupported_media_type", "internal", "invalid_trace_id"),
+    "otlp_grpc": ("unauthenticated", "too_large", "bad_body", "internal", "invalid_trace_id"),
+    "kafka": ("empty", "too_large", "bad_json", "bad_event", "bad_body", "ingest_error", "invalid_trace_id"),
+}
 
 
 class LabelCap:
@@ -98,3 +108,14 @@ class Metrics:
         self.kafka_dead_letters = Counter(
             "ctxprec_kafka_dead_letters", "Kafka messages sent to the dead-letter topic, by reason.", ["reason"], registry=r)
         self.kafka_messages = Counter("ctxprec_kafka_messages", "Kafka messages consumed, by format.", ["format"], registry=r)
+
+    def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str]) -> None:
+        """Create, at 0, the series whose label values are all known at start: errors of the
+        configured receivers by reason, and the configured judge's requests by outcome (and its
+        latency histogram). Series labelled by service appear with their service."""
+        for receiver in receivers:
+            for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
+                self.receiver_errors.labels(receiver=receiver, reason=reason)
+        for outcome in judge_outcomes:
+            self.judge_requests.labels(model=judge_model, outcome=outcome)
+        self.judge_latency.labels(model=judge_model)

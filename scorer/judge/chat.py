@@ -72,6 +72,11 @@ class RequestEvent:
 
 RequestObserver = Callable[[RequestEvent], None]
 
+# Every outcome a remote judge's RequestEvent can carry (metrics start each at 0).
+REQUEST_OUTCOMES = (
+    "ok", "rate_limited", "server_error", "timeout", "client_error", "connection_error", "circuit_open", "bad_response",
+)
+
 
 class ChatClient(Protocol):
     model: str

@@ -8,11 +8,7 @@ outcome label; every policy decision (retry or not, how long to wait) is made he
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
 import logging
-import math
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -31,6 +27,8 @@ from ctxprec.scorer.judge.chat import (
     RequestObserver,
 )
 from ctxprec.scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter
+# Prices come from litellm's bundled cost map, read without importing litellm.
+from ctxprec.scorer.judge.prices import model_prices
 
 log = logging.getLogger(__name__)
 
@@ -79,59 +77,6 @@ def status_outcome(status: int) -> str:
     return "client_error"
 
 
-# --- cost ---------------------------------------------------------------------------------------
-
-_PRICES: dict[str, tuple[float, float]] = {}
-_MAP_NAMES: frozenset[str] | None = None
-
-
-def _surely_unpriced(model: str) -> bool:
-    """True when litellm's bundled cost map cannot know this model: no entry ends in its last
-    name segment. Saves importing litellm (seconds of CPU) for the stub and self-hosted models;
-    anything that might be known still goes through litellm.cost_per_token."""
-    global _MAP_NAMES
-    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True") != "True":
-        return False  # a remote map may know more than the bundled one
-    if _MAP_NAMES is None:
-        try:
-            spec = importlib.util.find_spec("litellm")  # locates the package without importing it
-            origin = spec.origin if spec is not None else None
-            if origin is None:
-                return False
-            with open(os.path.join(os.path.dirname(origin), "model_prices_and_context_window_backup.json"), "rb") as f:
-                _MAP_NAMES = frozenset(key.rsplit("/", 1)[-1].lower() for key in json.load(f))
-        except (OSError, ValueError, ImportError):
-            return False
-    return model.rsplit("/", 1)[-1].lower() not in _MAP_NAMES
-
-
-def model_prices(model: str) -> tuple[float, float]:
-    """USD per prompt token and per completion token from litellm's cost map; (0, 0) for models
-    it does not know (the stub's, self-hosted ones). Looked up once per model."""
-    prices = _PRICES.get(model)
-    if prices is None:
-        if _surely_unpriced(model):
-            prices = (0.0, 0.0)
-        else:
-            prices = _litellm_prices(model)
-        _PRICES[model] = prices
-    return prices
-
-
-def _litellm_prices(model: str) -> tuple[float, float]:
-    from ctxprec.scorer.judge.transport_litellm import import_litellm
-
-    try:
-        litellm = import_litellm()
-        prompt_cost, completion_cost = litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
-        prices = (float(prompt_cost), float(completion_cost))
-    except Exception:  # litellm raises its own family for unmapped models; any failure means "unknown"
-        return (0.0, 0.0)
-    if not all(math.isfinite(p) and p >= 0 for p in prices):
-        return (0.0, 0.0)
-    return prices
-
-
 def _estimate_tokens(messages: Sequence[ChatMessage]) -> int:
     return -(-sum(len(m.content) for m in messages) // 4)
 
@@ -178,9 +123,9 @@ class LimitedChatClient:
 
     async def warm_up(self) -> None:
         """Start-up work that the first request would otherwise pay for while scoring: the
-        transport's session, and the model's prices (a look-up in litellm's cost map, in a thread).
-        The look-up is not awaited (for a priced model it imports litellm: seconds); the first
-        success awaits it if it is still running."""
+        transport's session, and the model's prices (litellm's cost map file, read in a thread
+        without importing litellm). The look-up is not awaited; the first success awaits it if
+        it is still running."""
         warm = getattr(self._transport, "warm_up", None)
         if warm is not None:
             await warm()
@@ -196,11 +141,8 @@ class LimitedChatClient:
         return self._prices
 
     async def _lookup_prices(self) -> tuple[float, float]:
-        prices = _PRICES.get(self.model)
-        if prices is None:
-            # litellm's import takes seconds: keep it off the event loop.
-            prices = await asyncio.to_thread(model_prices, self.model)
-        return prices
+        # The first look-up reads a JSON file of a few MB: keep it off the event loop.
+        return await asyncio.to_thread(model_prices, self.model)
 
     def _emit(self, outcome: str, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0) -> None:
         if self._observer is None:

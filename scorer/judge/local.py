@@ -1,127 +1,95 @@
 """LocalJudge (model="local"): an offline, deterministic judge with no network and no API key.
 
-How it decides. Text is split into content words (lowercase, stopwords dropped, a light suffix
-stemmer so that "produces", "produced" and "producing" meet; digit groups such as "7,500" are
-joined so numbers match exactly). Each word of the reference gets a weight: the inverse document
-frequency of the word among this sample's contexts (a word every context shares says little),
-doubled for numbers and for words that look like names (capitalised mid-sentence), because those
-carry facts. Words of the reference that are *not* in the query carry the evidence: a context that
-only echoes the query's words is on topic, but it does not support the answer. A context is
-relevant when the weighted share of its own content words found in the reference, and the
-absolute weight of answer-specific words it contains, both pass thresholds (see `_decide`).
-With `reference_kind="query"` (no answer given) it can only measure overlap with the query.
+How it decides (docs/LOCAL_JUDGE.md has the measured agreement). The sample's language is told
+from its script and common words (`local_text.detect_language`); text becomes terms: stemmed
+content words for English and French, character bigrams for Japanese, character n-grams for
+other scripts. A term weighs more when it carries a fact (numbers, names, katakana) and little
+when it is a generic word (`time`, `people`, units).
 
-What it cannot judge. Paraphrase and synonyms beyond stemming ("car" vs "vehicle"), negation
-("is not covered" matches "is covered"), contradiction, numbers that differ, reasoning over
-several sentences, and other languages than English (words still match, but stopwords and
-stemming are English). It is a lexical baseline for demos and air-gapped runs, not a substitute
-for an LLM judge. Measured agreement with a careful human's labels on the 46 cases / 231
-contexts of `local_cases.jsonl`: run `python -m ctxprec.scorer.judge.local_eval` (docs/LOCAL_JUDGE.md
-records the figure)."""
+Then, per context:
+
+1. *answer evidence*: the weight of the terms it shares with the reference (the expected output,
+   else the generated output) that are not in the query. Echoing the query is not support;
+   naming what the answer names (Fleming, 1928, Canberra, pollen) is.
+2. Without answer evidence worth at least one ordinary word, the context is not relevant,
+   however much of the query it repeats: that is a topical distractor.
+3. With it, words shared with the query add a bonus (the context is about the question's
+   subject, not just mentioning an answer word in passing), and numbers that contradict the
+   answer's (the context has numbers, none of them the answer's) take a penalty.
+4. Relevant when evidence + bonus - penalty reaches the threshold.
+
+With `reference_kind="query"` (no answer given) it can only measure how much of the query's
+weight a context covers, which cannot tell supporting text from on-topic text.
+
+What it cannot judge: paraphrase and synonyms beyond stemming ("car" vs "vehicle"), negation
+("is not covered" matches "is covered"), reasoning over several sentences, and a topical
+distractor that happens to name an answer word. For text in scripts other than Latin and
+Japanese it matches characters only, and says so in the reason."""
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
+import logging
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
+from ctxprec.scorer.judge.chat import RequestEvent, RequestObserver
+from ctxprec.scorer.judge.local_text import STRONG, WEAK, Language, Terms, detect_language, terms
 from ctxprec.scorer.result import JudgeUsage, ReferenceKind, Verdict
 
-LOCAL_PROMPT_VERSION = "local-lexical-v1"
+log = logging.getLogger(__name__)
 
-STOPWORDS = frozenset(
-    """
-    a about above after again against all also am an and any are as at be because been before
-    being below between both but by can cannot could did do does doing done down during each
-    either etc even ever every few for from further get gets getting got had has have having he
-    her here hers herself him himself his how however i if in into is it its itself just less let
-    like lot made make makes many may me might more most much must my myself near need needs no
-    nor not now of off on once one only or other others our ours ourselves out over own per quite
-    rather really same say says shall she should since so some such than that the their theirs
-    them themselves then there therefore these they thing things this those though through thus
-    to too under until up upon us use used uses using usually very via was way we well were what
-    whatever when where whether which while who whom whose why will with within without would
-    yes yet you your yours yourself yourselves
-    mine i'm it's don't doesn't
-    """.split()
-)
-
-_WORD_RE = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
-_DIGIT_GROUP_RE = re.compile(r"(?<=\d)[,\s](?=\d{3}\b)")
-_SUFFIXES = (
-    "ational", "ization", "fulness", "ousness", "iveness", "ations", "ation", "ments", "ment",
-    "ness", "ings", "ing", "ies", "ied", "ers", "er", "ed", "ly", "es", "s",
-)
-
-
-def stem(word: str) -> str:
-    if word.isdigit() or len(word) <= 3:
-        return word
-    if word.endswith("'s"):
-        word = word[:-2]
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s" and word.endswith(("ss", "us", "is")):
-                break
-            word = word[: -len(suffix)]
-            if suffix in ("ies", "ied"):
-                word += "y"
-            break
-    # "produce" / "produc(ed)": drop a final e and undouble a final consonant ("stopped" -> "stop").
-    if word.endswith("e") and len(word) > 3:
-        word = word[:-1]
-    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
-        word = word[:-1]
-    return word
+LOCAL_PROMPT_VERSION = "local-lexical-v2"
+LOCAL_MODEL = "local"
+# What the local judge reports per judged sample: it has no network to fail, only its own code.
+LOCAL_OUTCOMES = ("ok", "error")
 
 
 @dataclass(frozen=True, slots=True)
-class Terms:
-    words: frozenset[str]  # stemmed content words
-    salient: frozenset[str]  # numbers and name-like words (carry facts)
-    surface: dict[str, str]  # stem -> the word as first written, for readable reasons
+class Rules:
+    """The decision's thresholds (chosen on the development splits; see docs/LOCAL_JUDGE.md)."""
+
+    min_evidence: float = 0.9  # answer-specific weight needed at all: one ordinary word, not a generic one
+    topic_bonus: float = 0.25  # per unit of query weight the context shares...
+    topic_cap: float = 2.0  # ...counted up to this much query weight
+    coverage_bonus: float = 3.0  # times the share of the answer's own weight the context names
+    conflict_penalty: float = 2.0  # the context's numbers are all different from the answer's
+    threshold: float = 1.5
+    near_match: float = 0.8  # weight factor of a word the answer has in another form (prefix match)
+    min_query_share: float = 0.5  # reference_kind="query": share of the query's weight covered
 
 
-def terms(text: str) -> Terms:
-    text = _DIGIT_GROUP_RE.sub("", text)
-    words: set[str] = set()
-    salient: set[str] = set()
-    surface: dict[str, str] = {}
-    sentence_start = True
-    for match in _WORD_RE.finditer(text):
-        raw = match.group(0)
-        lower = raw.lower()
-        start = match.start()
-        # A capital right after a sentence end is grammar, not a name.
-        prefix = text[max(0, start - 2) : start]
-        sentence_start = start == 0 or any(p in prefix for p in ".!?:\n")
-        if lower in STOPWORDS:
-            continue
-        token = stem(lower)
-        if len(token) < 2 and not token.isdigit():
-            continue
-        words.add(token)
-        surface.setdefault(token, lower)
-        if any(ch.isdigit() for ch in raw) or (raw[0].isupper() and not sentence_start):
-            salient.add(token)
-    return Terms(frozenset(words), frozenset(salient), surface)
+DEFAULT_RULES = Rules()
 
 
-# Thresholds of `_decide`, set once against the labelled cases; see docs/LOCAL_JUDGE.md.
-MIN_SUPPORT_SHARE = 0.25  # share of the context's weighted words found in the reference
-MIN_ANSWER_EVIDENCE = 1.5  # weight of answer-specific words (not in the query) the context has
-MIN_QUERY_SHARE = 0.5  # reference_kind="query": share of the query's weight the context covers
+@dataclass(frozen=True, slots=True)
+class Finding:
+    relevant: bool
+    answer_terms: tuple[str, ...]  # as written in the context, strongest first
+    topic_terms: tuple[str, ...]
+    evidence: float
+    score: float
+    conflict: bool
 
 
 class LocalJudge:
     annotator_kind = "CODE"
     prompt_version = LOCAL_PROMPT_VERSION
 
-    def __init__(self, *, max_context_chars: int = 4000, model: str = "local") -> None:
+    def __init__(
+        self,
+        *,
+        max_context_chars: int = 4000,
+        model: str = LOCAL_MODEL,
+        observer: RequestObserver | None = None,
+        rules: Rules = DEFAULT_RULES,
+    ) -> None:
         self.model = model
         self.max_context_chars = max_context_chars
+        self.rules = rules
+        # Reported like a remote judge's HTTP attempt (one per judged sample), so that judge
+        # request and latency metrics have data when the local judge is the one in use.
+        self._observer = observer
 
     async def judge(
         self, query: str, contexts: Sequence[str], *, reference_kind: ReferenceKind, reference: str
@@ -131,21 +99,39 @@ class LocalJudge:
     def judge_sync(
         self, query: str, contexts: Sequence[str], *, reference_kind: ReferenceKind, reference: str
     ) -> JudgeOutcome:
+        started = time.perf_counter()
+        try:
+            outcome = self._judge(query, contexts, reference_kind, reference)
+        except Exception:
+            self._emit("error", time.perf_counter() - started)
+            raise
+        self._emit("ok", time.perf_counter() - started)
+        return outcome
+
+    def _emit(self, outcome: str, latency_s: float) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer(RequestEvent(self.model, outcome, latency_s))
+        except Exception:  # metrics must never break judging
+            log.exception("local judge request observer failed")
+
+    def _judge(self, query: str, contexts: Sequence[str], reference_kind: ReferenceKind, reference: str) -> JudgeOutcome:
         texts, truncated = truncate(contexts, self.max_context_chars)
-        context_terms = [terms(t) for t in texts]
-        query_terms = terms(query)
-        reference_terms = terms(reference) if reference_kind != "query" else query_terms
-        df = Counter(word for ct in context_terms for word in ct.words)
-        n = len(texts)
-
-        def weight(word: str, salient: bool) -> float:
-            idf = math.log(1.0 + n / (df.get(word, 0) or 1)) / math.log(1.0 + n) if n > 1 else 1.0
-            return idf * (2.0 if salient else 1.0)
-
+        answer = reference if reference_kind != "query" else ""
+        language = detect_language(" ".join((query, answer, *texts)))
+        context_terms = [terms(t, language) for t in texts]
+        query_terms = terms(query, language)
         verdicts = []
-        for index, ct in enumerate(context_terms):
-            relevant, why = _decide(ct, query_terms, reference_terms, reference_kind, weight)
-            verdicts.append(Verdict(index, relevant, "local judge: " + why))
+        if reference_kind == "query":
+            for index, ct in enumerate(context_terms):
+                relevant, why = _query_only(ct, query_terms, self.rules)
+                verdicts.append(Verdict(index, relevant, "local judge: " + why + _script_note(language)))
+        else:
+            reference_terms = terms(answer, language)
+            for index, ct in enumerate(context_terms):
+                finding = decide(ct, query_terms, reference_terms, self.rules)
+                verdicts.append(Verdict(index, finding.relevant, "local judge: " + _why(finding) + _script_note(language)))
         usage = JudgeUsage(model=self.model, prompt_version=self.prompt_version)
         return JudgeOutcome(verdicts, usage, truncated)
 
@@ -156,29 +142,100 @@ class LocalJudge:
         return None
 
 
-def _decide(ct: Terms, query: Terms, reference: Terms, reference_kind: str, weight) -> tuple[bool, str]:
-    salient = ct.salient | reference.salient
-    if not ct.words:
-        return False, "the context has no content words"
-    shared = ct.words & (reference.words | query.words)
-    own_weight = sum(weight(w, w in salient) for w in ct.words)
-    if reference_kind == "query":
-        query_weight = sum(weight(w, w in salient) for w in query.words) or 1.0
-        covered = sum(weight(w, w in salient) for w in ct.words & query.words) / query_weight
-        relevant = covered >= MIN_QUERY_SHARE
-        return relevant, _why(relevant, [ct.surface[w] for w in sorted(ct.words & query.words)], "query", covered)
-    answer_only = (ct.words & reference.words) - query.words
-    evidence = sum(weight(w, w in salient) for w in answer_only)
-    support = sum(weight(w, w in salient) for w in shared) / own_weight
-    relevant = evidence >= MIN_ANSWER_EVIDENCE and support >= MIN_SUPPORT_SHARE
-    words = sorted(answer_only, key=lambda w: (-weight(w, w in salient), w))
-    return relevant, _why(relevant, [ct.surface[w] for w in words], "answer", support, evidence)
+def _strength(term: str, context: Terms, reference: Terms) -> float:
+    """How much a shared term says: as little as either text says of it (a name in the answer
+    met as a common word in the context, "Retry-After" vs "retried", is only a word). A word
+    capitalised only at a sentence start may or may not be a name: the other text decides."""
+    ours, theirs = context.weights[term], reference.weights[term]
+    if term in reference.unsure:
+        theirs = max(theirs, ours) if theirs > WEAK else theirs
+    if term in context.unsure:
+        ours = max(ours, theirs) if ours > WEAK else ours
+    return min(ours, theirs)
 
 
-def _why(relevant: bool, words: list[str], against: str, share: float, evidence: float | None = None) -> str:
-    shown = ", ".join(words[:6]) if words else "none"
-    if against == "query":
-        lead = "shares the query's key terms" if relevant else "covers too little of the query"
-        return f"{lead} ({shown}; {share:.0%} of the query's weight); no answer was given, so only the query was compared"
-    lead = "supports the answer" if relevant else "does not support the answer"
-    return f"{lead}; answer terms found: {shown} (evidence {evidence:.1f}, {share:.0%} of its terms shared)"
+def _near(term: str, others: dict[str, float]) -> str | None:
+    """A term of `others` that is the same word in another form the stemmer does not join
+    ("japan" / "japanese", "fail" / "failure"): one is a prefix of the other, at least five
+    letters long."""
+    if len(term) < 4 or not term.isalpha():
+        return None
+    for other in others:
+        if len(other) >= 4 and other.isalpha() and other != term:
+            short, long = (term, other) if len(term) <= len(other) else (other, term)
+            if len(short) >= 5 and long.startswith(short):
+                return other
+    return None
+
+
+def decide(context: Terms, query: Terms, reference: Terms, rules: Rules = DEFAULT_RULES) -> Finding:
+    answer_only = [t for t in context.weights if t in reference.weights and t not in query.weights]
+    weights = {t: _strength(t, context, reference) for t in answer_only}
+    if rules.near_match:
+        for t in context.weights:
+            if t in reference.weights or t in query.weights:
+                continue
+            other = _near(t, reference.weights)
+            if other is not None and other not in query.weights and _near(t, query.weights) is None:
+                answer_only.append(t)
+                weights[t] = rules.near_match * reference.weights[other]
+    evidence = sum(weights.values())
+    topic = [t for t in context.weights if t in query.weights]
+    topic_weight = sum(context.weights[t] for t in topic)
+    conflict = _numbers_conflict(context, reference)
+    answer_weight = sum(w for t, w in reference.weights.items() if t not in query.weights)
+    coverage = min(1.0, evidence / answer_weight) if answer_weight else 0.0
+    score = 0.0
+    if evidence >= rules.min_evidence:
+        score = evidence + rules.topic_bonus * min(topic_weight, rules.topic_cap) + rules.coverage_bonus * coverage
+        if conflict:
+            score -= rules.conflict_penalty
+    relevant = score >= rules.threshold
+    ranked = sorted(answer_only, key=lambda t: (-weights[t], t))
+    return Finding(
+        relevant,
+        tuple(dict.fromkeys(context.surface[t] for t in ranked)),
+        tuple(dict.fromkeys(context.surface[t] for t in topic)),
+        evidence,
+        score,
+        conflict,
+    )
+
+
+def _numbers_conflict(context: Terms, reference: Terms) -> bool:
+    """Both name figures (10 and up: small counts are everywhere) and none is the same."""
+    ours = {n for n in context.numbers if context.weights.get(n, 0.0) >= STRONG}
+    theirs = {n for n in reference.numbers if reference.weights.get(n, 0.0) >= STRONG}
+    return bool(ours and theirs and not ours & theirs)
+
+
+def _query_only(context: Terms, query: Terms, rules: Rules) -> tuple[bool, str]:
+    query_weight = sum(query.weights.values())
+    shared = [t for t in context.weights if t in query.weights]
+    covered = sum(query.weights[t] for t in shared) / query_weight if query_weight else 0.0
+    relevant = covered >= rules.min_query_share
+    lead = "shares the query's key terms" if relevant else "covers too little of the query"
+    shown = ", ".join(dict.fromkeys(context.surface[t] for t in shared[:6])) or "none"
+    return relevant, (
+        f"{lead} ({shown}; {covered:.0%} of the query's weight); no answer was given, so only the query was compared"
+    )
+
+
+def _why(finding: Finding) -> str:
+    shown = ", ".join(finding.answer_terms[:6]) or "none"
+    lead = "supports the answer" if finding.relevant else "does not support the answer"
+    text = f"{lead}; answer terms found: {shown} (evidence {finding.evidence:.1f}"
+    if finding.topic_terms and finding.evidence:
+        text += f"; on the question's subject: {', '.join(finding.topic_terms[:4])}"
+    text += ")"
+    if finding.conflict:
+        text += "; its numbers differ from the answer's"
+    return text
+
+
+def _script_note(language: Language) -> str:
+    if language.lexical:
+        return ""
+    script = "an unrecognised" if language.script == "other" else f"{language.script}"
+    return f" [text in {script} script: judged by character overlap only, without word rules]"
+

@@ -1,8 +1,20 @@
-"""Agreement of the local judge with a careful human's labels (`local_cases.jsonl`, package data).
+"""Agreement of the local judge with human labels, per labelled set and split (package data).
 
-`python -m ctxprec.scorer.judge.local_eval` prints verdict agreement overall and per class, and lists the
-disagreements with `--verbose`. The labels were written before the judge was tuned and are not
-changed to suit it."""
+Sets (JSONL, one case per line: question, answer, contexts, labels; the newer ones also carry
+id, language and style):
+
+- `original`: `local_cases.jsonl`, the first 46 English cases;
+- `en-dev`, `en-heldout`: 160 English cases in several labelling styles;
+- `fr-dev`, `fr-heldout`, `ja-dev`, `ja-heldout`: French and Japanese cases.
+
+Every set was labelled before the judge was tuned on it, and labels are never changed to suit
+the judge. Rules and thresholds may be chosen on the dev splits only; the held-out splits
+estimate how the judge does on text it was not tuned on.
+
+    python -m ctxprec.scorer.judge.local_eval                 # every set, answer as reference
+    python -m ctxprec.scorer.judge.local_eval --set en-dev --verbose --by-style
+    python -m ctxprec.scorer.judge.local_eval --query-only    # no answer: the query alone
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +22,21 @@ import json
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Iterable, TextIO
 
 from ctxprec.scorer.judge.local import LocalJudge
+from ctxprec.scorer.result import ReferenceKind
 
 LABELS = ("relevant", "irrelevant")
+SETS: dict[str, str] = {
+    "original": "local_cases.jsonl",
+    "en-dev": "local_cases_en_dev.jsonl",
+    "en-heldout": "local_cases_en_heldout.jsonl",
+    "fr-dev": "local_cases_fr_dev.jsonl",
+    "fr-heldout": "local_cases_fr_heldout.jsonl",
+    "ja-dev": "local_cases_ja_dev.jsonl",
+    "ja-heldout": "local_cases_ja_heldout.jsonl",
+}
 
 
 @dataclass
@@ -32,25 +54,44 @@ class Agreement:
     def rate(self) -> float:
         return self.agree / self.contexts if self.contexts else 0.0
 
+    @property
+    def relevant_recall(self) -> float:
+        return self.true_pos / (self.true_pos + self.false_neg) if self.true_pos + self.false_neg else 0.0
 
-def load_cases() -> list[dict[str, Any]]:
-    text = resources.files("ctxprec.scorer.judge").joinpath("local_cases.jsonl").read_text(encoding="utf-8")
+    @property
+    def irrelevant_recall(self) -> float:
+        return self.true_neg / (self.true_neg + self.false_pos) if self.true_neg + self.false_pos else 0.0
+
+
+def load_cases(name: str = "original") -> list[dict[str, Any]]:
+    if name not in SETS:
+        raise ValueError(f"unknown set {name!r}; one of {', '.join(SETS)}")
+    filename = SETS[name]
+    text = resources.files("ctxprec.scorer.judge").joinpath(filename).read_text(encoding="utf-8")
     cases = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         case = json.loads(line)
         if len(case["contexts"]) != len(case["labels"]) or any(label not in LABELS for label in case["labels"]):
-            raise ValueError(f"local_cases.jsonl line {number}: contexts and labels must pair up, labels in {LABELS}")
+            raise ValueError(f"{filename} line {number}: contexts and labels must pair up, labels in {LABELS}")
         cases.append(case)
     return cases
 
 
-def evaluate(cases: list[dict[str, Any]] | None = None, judge: LocalJudge | None = None) -> Agreement:
+def evaluate(
+    cases: Iterable[dict[str, Any]] | None = None,
+    judge: LocalJudge | None = None,
+    *,
+    reference_kind: ReferenceKind = "output",
+) -> Agreement:
+    """Verdict agreement on `cases` (default: the original set). With reference_kind="query" the
+    judge sees no answer, as when a trace carries neither output nor expected output."""
     judge = judge or LocalJudge()
     result = Agreement()
     for case in cases if cases is not None else load_cases():
-        outcome = judge.judge_sync(case["question"], case["contexts"], reference_kind="output", reference=case["answer"])
+        reference = case["answer"] if reference_kind != "query" else ""
+        outcome = judge.judge_sync(case["question"], case["contexts"], reference_kind=reference_kind, reference=reference)
         result.cases += 1
         for verdict, label, text in zip(outcome.verdicts, case["labels"], case["contexts"]):
             human = label == "relevant"
@@ -66,21 +107,46 @@ def evaluate(cases: list[dict[str, Any]] | None = None, judge: LocalJudge | None
     return result
 
 
+def by_style(cases: list[dict[str, Any]], judge: LocalJudge, reference_kind: ReferenceKind) -> dict[str, Agreement]:
+    styles: dict[str, list[dict[str, Any]]] = {}
+    for case in cases:
+        styles.setdefault(case.get("style", "-"), []).append(case)
+    return {style: evaluate(group, judge, reference_kind=reference_kind) for style, group in sorted(styles.items())}
+
+
+def _row(name: str, result: Agreement) -> str:
+    return (
+        f"{name:<14} {result.cases:>5} {result.contexts:>8} {result.rate:>9.1%} {result.agree:>5}/{result.contexts:<5}"
+        f" {result.true_pos:>4}/{result.true_pos + result.false_neg:<4} {result.true_neg:>4}/{result.true_neg + result.false_pos:<4}"
+    )
+
+
+def report(names: list[str], *, reference_kind: ReferenceKind, verbose: bool, styles: bool, out: TextIO) -> None:
+    judge = LocalJudge()
+    mode = "query only (no answer)" if reference_kind == "query" else "reference = answer"
+    out.write(f"local judge agreement with human labels, {mode}\n")
+    out.write(f"{'set':<14} {'cases':>5} {'contexts':>8} {'agreement':>9} {'agree':>11} {'rel->rel':>9} {'irr->irr':>9}\n")
+    for name in names:
+        cases = load_cases(name)
+        result = evaluate(cases, judge, reference_kind=reference_kind)
+        out.write(_row(name, result) + "\n")
+        if styles and any("style" in case for case in cases):
+            for style, part in by_style(cases, judge, reference_kind).items():
+                out.write(_row(f"  {style}", part) + "\n")
+        if verbose:
+            for line in result.disagreements:
+                out.write(f"    {line}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Agreement of the local judge with human labels")
+    parser.add_argument("--set", dest="sets", action="append", choices=list(SETS), help="a set to score (repeatable; default: all)")
+    parser.add_argument("--query-only", action="store_true", help="give the judge no answer, only the query")
+    parser.add_argument("--by-style", action="store_true", help="also break each set down by labelling style")
     parser.add_argument("--verbose", action="store_true", help="list every disagreement")
     args = parser.parse_args(argv)
-    result = evaluate()
-    out = sys.stdout
-    out.write(f"cases: {result.cases}, contexts: {result.contexts}\n")
-    out.write(f"verdict agreement: {result.rate:.1%} ({result.agree}/{result.contexts})\n")
-    out.write(
-        f"human relevant -> judge relevant: {result.true_pos}/{result.true_pos + result.false_neg}; "
-        f"human irrelevant -> judge irrelevant: {result.true_neg}/{result.true_neg + result.false_pos}\n"
-    )
-    if args.verbose:
-        for line in result.disagreements:
-            out.write(line + "\n")
+    report(args.sets or list(SETS), reference_kind="query" if args.query_only else "output",
+           verbose=args.verbose, styles=args.by_style, out=sys.stdout)
     return 0
 
 

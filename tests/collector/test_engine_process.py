@@ -181,6 +181,27 @@ async def test_every_judge_request_reaches_the_parents_observer(make_stub_judge:
     assert [event_key(e) for e in events] == [event_key(e) for e in local_events]
 
 
+async def test_local_judge_events_cross_the_pipe_like_remote_ones() -> None:
+    # The local judge reports one event per judged sample; from the scoring process too.
+    local_events: list[RequestEvent] = []
+    local = build_engine(JudgeConfig(model="local"), observer=local_events.append)
+    try:
+        await score_all(local)
+    finally:
+        await local.aclose()
+    events: list[RequestEvent] = []
+    remote = ProcessEngine(JudgeConfig(model="local"), observer=events.append)
+    try:
+        await score_all(remote)
+        await wait_for(lambda: len(events) >= len(local_events), timeout=5, what="the local judge's events")
+    finally:
+        await remote.aclose()
+    judged = sum(1 for _, contexts, _, _ in SAMPLES if contexts)
+    assert len(local_events) == len(events) == judged > 0
+    assert {(e.model, e.outcome) for e in events} == {("local", "ok")}
+    assert all(e.latency_s >= 0 and e.prompt_tokens == e.completion_tokens == 0 and e.cost_usd == 0 for e in events)
+
+
 # --- 4. bad input ----------------------------------------------------------------------------------
 
 BAD_INPUTS: list[tuple[Any, Any]] = [

@@ -4,8 +4,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ctxprec.scorer.judge.local import LocalJudge, stem, terms
-from ctxprec.scorer.judge.local_eval import evaluate, load_cases
+import pytest
+
+from ctxprec.scorer.judge.local import LocalJudge
+from ctxprec.scorer.judge.local_text import ENGLISH, FRENCH, JAPANESE, STRONG, detect_language, fold_accents, terms
+from ctxprec.scorer.judge.local_words import english_stem, french_stem
+from ctxprec.scorer.judge.local_eval import SETS, evaluate, load_cases
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:
@@ -21,10 +25,14 @@ def test_agreement_with_human_labels_is_at_least_85_percent() -> None:
     assert result.true_pos / (result.true_pos + result.false_neg) >= 0.8
     assert result.true_neg / (result.true_neg + result.false_pos) >= 0.8
 
-def test_cli_prints_agreement() -> None:
-    out = subprocess.run([sys.executable, "-m", "ctxprec.scorer.judge.local_eval"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0
-    assert "verdict agreement:" in out.stdout and "cases: " in out.stdout
+def test_cli_prints_agreement_per_set_and_split() -> None:
+    out = subprocess.run([sys.executable, "-m", "ctxprec.scorer.judge.local_eval"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == set(SETS)
+    # The original set's row carries its own size: 46 cases, 231 contexts.
+    assert rows["original"][1:3] == ["46", "231"]
+    assert all(row[3].endswith("%") for row in rows.values())
 
 async def test_verdicts_are_deterministic_and_say_they_are_local() -> None:
     judge = LocalJudge()
@@ -58,11 +66,99 @@ async def test_query_only_reference() -> None:
     assert "only the query was compared" in outcome.verdicts[0].reason
 
 def test_stemming_and_terms() -> None:
-    assert stem("produces") == stem("produced") == stem("producing") == stem("produce")
-    assert stem("batteries") == stem("battery")
-    t = terms("Costs rose to 7,500 dollars, said Alice.")
-    assert "7500" in t.words and "7500" in t.salient and "alic" in t.salient
-    assert "the" not in terms("the a of").words
+    assert english_stem("produces") == english_stem("produced") == english_stem("producing") == english_stem("produce")
+    assert english_stem("batteries") == english_stem("battery")
+    t = terms("Costs rose to 7,500 dollars, said Alice.", ENGLISH)
+    assert t.weights["7500"] == STRONG and "7500" in t.numbers
+    assert t.weights[english_stem("alice")] == STRONG  # a name mid-sentence carries a fact
+    assert not terms("the a of", ENGLISH).weights
+    # Spelled-out numbers meet digits; a lone capital mid-sentence names something.
+    assert "12" in terms("at least twelve characters", ENGLISH).numbers
+    assert "d_" in terms("We need vitamin D daily.", ENGLISH).weights
+
+
+def test_french_elision_accents_and_stems() -> None:
+    words = terms("L'eau de la mer s'évapore ; qu'elle est salée ! Les éléments", FRENCH).weights
+    assert "eau" in words and "mer" in words  # l'eau -> eau; stopwords (de, la, est) gone
+    assert not {"de", "la", "est", "les", "qu", "l"} & set(words)
+    assert french_stem(fold_accents("réinitialiser")) == french_stem("reinitialisation")  # accents folded, endings cut
+    assert terms("les éléments", FRENCH).words == terms("les elements", FRENCH).words
+    # French decimals use a comma; thousands a space.
+    assert {"42.195", "1665"} <= terms("42,195 km et 1 665 marches", FRENCH).numbers
+
+
+def test_japanese_bigrams_drop_kana_particles() -> None:
+    t = terms("フレミングがペニシリンを発見した", JAPANESE)
+    assert "フレ" in t.weights and "発見" in t.weights
+    assert not any(ch in term for term in t.weights for ch in "がをした")  # hiragana are dropped
+    assert terms("東京スカイツリーは2012年", JAPANESE).numbers == {"2012"}
+
+
+def test_language_is_told_by_script_and_common_words() -> None:
+    assert detect_language("Who discovered penicillin? Alexander Fleming did.").code == "en"
+    assert detect_language("Qui a découvert la pénicilline ? C'est Fleming, en 1928.").code == "fr"
+    assert detect_language("ペニシリンを発見したのは誰ですか？").code == "ja"
+    assert detect_language("北京是中国的首都。").script == "Han"
+    assert detect_language("Москва — столица России.").script == "Cyrillic"
+
+
+async def test_reference_style_supporting_fact_is_relevant() -> None:
+    outcome = await LocalJudge().judge(
+        "Who discovered penicillin?",
+        ["Fleming noticed mould killing the bacteria in a petri dish.",
+         "Penicillin allergies cause a rash in some patients.",
+         "The Eiffel Tower is repainted every seven years."],
+        reference_kind="output",
+        reference="Alexander Fleming discovered penicillin in 1928.",
+    )
+    # The supporting fact names the answer's discoverer; the topical distractor only echoes the query.
+    assert [v.relevant for v in outcome.verdicts] == [True, False, False]
+    assert "fleming" in outcome.verdicts[0].reason
+
+
+async def test_french_and_japanese_samples() -> None:
+    fr = await LocalJudge().judge(
+        "Quelle est la capitale de l'Australie ?",
+        ["Canberra a été choisie comme compromis entre Sydney et Melbourne.", "Les kangourous sautent très vite."],
+        reference_kind="output", reference="La capitale de l'Australie est Canberra.")
+    ja = await LocalJudge().judge(
+        "オーストラリアの首都はどこですか？",
+        ["キャンベラはシドニーとメルボルンの妥協案として首都に選ばれた。", "カンガルーは速く跳ぶ。"],
+        reference_kind="output", reference="オーストラリアの首都はキャンベラです。")
+    assert [v.relevant for v in fr.verdicts] == [True, False]
+    assert [v.relevant for v in ja.verdicts] == [True, False]
+    assert all(v.reason.startswith("local judge: ") and "character overlap" not in v.reason
+               for v in fr.verdicts + ja.verdicts)
+
+
+async def test_other_scripts_are_judged_by_characters_and_say_so() -> None:
+    outcome = await LocalJudge().judge(
+        "Какая столица Австралии?",
+        ["Канберра была выбрана столицей как компромисс.", "Кенгуру быстро прыгают."],
+        reference_kind="output", reference="Столица Австралии — Канберра.")
+    assert [v.relevant for v in outcome.verdicts] == [True, False]
+    assert all(v.reason.startswith("local judge: ") and "Cyrillic script: judged by character overlap" in v.reason
+               for v in outcome.verdicts)
+
+
+@pytest.mark.parametrize(("name", "floor"), [
+    ("original", 215 / 231), ("en-dev", 0.85), ("en-heldout", 0.85), ("fr-dev", 0.8), ("fr-heldout", 0.8),
+    ("ja-dev", 0.8), ("ja-heldout", 0.8)])
+def test_agreement_on_every_labelled_set_stays_above_its_floor(name: str, floor: float) -> None:
+    # Floors a little under the measured figures (docs/LOCAL_JUDGE.md): a change that loses
+    # agreement on any set, held-out ones included, fails here.
+    result = evaluate(load_cases(name))
+    assert result.rate >= floor - 1e-9, "\n".join(result.disagreements)
+
+
+def test_sets_are_big_enough_and_split() -> None:
+    english = load_cases("en-dev") + load_cases("en-heldout")
+    assert len(english) >= 150 and sum(len(c["contexts"]) for c in english) >= 600
+    for language in ("fr", "ja"):
+        assert len(load_cases(f"{language}-dev")) + len(load_cases(f"{language}-heldout")) >= 40
+    dev = {c["question"] for c in load_cases("en-dev")}
+    assert not dev & {c["question"] for c in load_cases("en-heldout")}  # no case in both splits
+
 
 def test_local_scorer_needs_no_network() -> None:
     # A socket guard in a child process: any connection attempt would raise.

@@ -1,0 +1,115 @@
+"""USD per token of a judge model, read from the cost map that litellm ships, without importing
+litellm (its import costs seconds of CPU and ~150 MB; a run over the direct OpenAI-compatible
+path never needs it otherwise).
+
+litellm keeps the map as a JSON file inside its package. `importlib.util.find_spec` locates the
+package without running it, and the file is read once. Names resolve as litellm's
+`cost_per_token` resolves them for chat models:
+
+- a name that is a key of the map (`gpt-4o-mini`, `azure/gpt-4o`, `bedrock/...`) is that entry,
+  provided litellm can tell the provider of a bare name (it can for OpenAI, Anthropic, Bedrock,
+  Vertex AI, Cohere and a few others; `deepseek-chat` alone it cannot);
+- `provider/name` where `name` is a key whose provider is `provider` (`openai/gpt-4o-mini`,
+  `anthropic/claude-...`) is that entry;
+- anything else is unknown, and costs 0 (the stub's model, self-hosted ones).
+
+tests/scorer/test_prices.py compares this with litellm.cost_per_token over every chat model of
+the main providers, with and without the provider prefix."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+COST_MAP_FILE = "model_prices_and_context_window_backup.json"
+UNPRICED = (0.0, 0.0)
+
+# Providers whose bare model names litellm maps to the provider by itself; any other provider's
+# models need their prefix (litellm raises for "deepseek-chat", prices "deepseek/deepseek-chat").
+_BARE_NAME_PROVIDERS = frozenset({
+    "openai", "text-completion-openai", "anthropic", "bedrock", "bedrock_converse", "cohere", "cohere_chat",
+    "volcengine", "nlp_cloud", "azure",
+})
+
+
+@dataclass(slots=True)
+class CostMap:
+    entries: dict[str, Any]
+    _cache: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def prices(self, model: str) -> tuple[float, float]:
+        """(USD per prompt token, USD per completion token); (0, 0) when the map does not price it."""
+        found = self._cache.get(model)
+        if found is None:
+            found = self._cache[model] = self._resolve(model)
+        return found
+
+    def _resolve(self, model: str) -> tuple[float, float]:
+        entry = self.entries.get(model)
+        if isinstance(entry, dict):
+            if "/" in model or _bare_name_resolves(entry):
+                return _per_token(entry)
+            return UNPRICED
+        provider, _, name = model.partition("/")
+        # A routing prefix is an identifier; map provider values such as "vertex_ai-language-models"
+        # are labels, not prefixes litellm accepts in a model name.
+        if name and provider.replace("_", "").isalnum():
+            entry = self.entries.get(name)
+            if isinstance(entry, dict) and entry.get("litellm_provider") == provider:
+                return _per_token(entry)
+        return UNPRICED
+
+
+def _bare_name_resolves(entry: dict[str, Any]) -> bool:
+    provider = str(entry.get("litellm_provider", ""))
+    return provider in _BARE_NAME_PROVIDERS or provider.startswith("vertex_ai")
+
+
+def _per_token(entry: dict[str, Any]) -> tuple[float, float]:
+    try:
+        prices = (float(entry.get("input_cost_per_token") or 0.0), float(entry.get("output_cost_per_token") or 0.0))
+    except (TypeError, ValueError):
+        return UNPRICED
+    return prices if all(math.isfinite(p) and p >= 0 for p in prices) else UNPRICED
+
+
+_LOCK = threading.Lock()
+_LOADED: list[CostMap | None] = []  # empty until the first look-up; [None] when there is no map
+
+
+def cost_map_path() -> str | None:
+    """Where litellm's bundled cost map is, found without importing litellm."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), COST_MAP_FILE)
+    return path if os.path.isfile(path) else None
+
+
+def load_cost_map() -> CostMap | None:
+    """The cost map, read once per process; None when litellm or its map is not installed."""
+    with _LOCK:
+        if not _LOADED:
+            path = cost_map_path()
+            entries: Any = None
+            if path is not None:
+                try:
+                    with open(path, "rb") as f:
+                        entries = json.load(f)
+                except (OSError, ValueError):
+                    entries = None
+            _LOADED.append(CostMap(entries) if isinstance(entries, dict) else None)
+        return _LOADED[0]
+
+
+def model_prices(model: str) -> tuple[float, float]:
+    """USD per prompt token and per completion token; (0, 0) for models the map does not know."""
+    costs = load_cost_map()
+    return costs.prices(model) if costs is not None else UNPRICED

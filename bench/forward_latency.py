@@ -20,10 +20,20 @@ import time
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 
 from bench.common import machine, write_result
-from bench.ingest import SPANS_PER_TRACE, _DecidingSink, _kv, free_port, rag_trace, wait_port, writeback_to
+from bench.ingest import (
+    SPANS_PER_TRACE,
+    _DecidingSink,
+    _kv,
+    free_port,
+    rag_trace,
+    wait_port,
+    writeback_to,
+)
 
 SPANS_PER_S = 5_000
 TRACES_PER_REQUEST = 5
@@ -34,7 +44,8 @@ def _sidecar(http_port: int, forward_to: str) -> None:
     async def serve() -> None:
         from ctxprec.collector.assembly.ingest import OtlpIngest
         from ctxprec.collector.metrics.registry import Metrics
-        from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+        from ctxprec.collector.receivers.config import ReceiversConfig
+        from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
         from ctxprec.collector.sampling.sampler import Sampler
 
         metrics = Metrics()
@@ -44,7 +55,7 @@ def _sidecar(http_port: int, forward_to: str) -> None:
                             metrics=metrics, passthrough=writeback)
         await ingest.start()
         receiver = OtlpHttpReceiver(ingest, metrics=metrics,
-                                    settings=HttpReceiverSettings(host="127.0.0.1", port=http_port))
+                                    config=ReceiversConfig(otlp_http=f"127.0.0.1:{http_port}"))
         await receiver.start()
         await asyncio.Event().wait()  # until terminated
 

@@ -1,7 +1,13 @@
-"""Ingest throughput: OTLP/HTTP protobuf batches of realistic RAG traces through
-`decode_with_raw` + `OtlpIngest.ingest` (sample rate 1%, span-mode forwarding on, to a discard
-endpoint in another process), against a bare `ExportTraceServiceRequest.ParseFromString` loop
-over the same bytes in the same run. Goal: ctxprec >= 20% of the bare parse rate.
+"""Ingest throughput, against a bare `ExportTraceServiceRequest.ParseFromString` loop over the
+same bytes in the same run (spans per CPU-second). Goal: the whole process >= 20% of the bare
+parse rate.
+
+1. The whole `ctxprec serve` process, as users run it: OTLP/HTTP protobuf requests of realistic
+   RAG traces in, span-mode forwarding out to a discard endpoint, 1% of traces scored against
+   `ctxprec stub-judge` over HTTP. Measured: the server process's CPU time per span (psutil),
+   from the first request until every span was forwarded and every retrieval decided.
+2. In-process, the second line: `decode_with_raw` + `OtlpIngest.ingest` with the span write-back
+   in this process, the judge replaced by an instant decision.
 
     .venv/bin/python -m bench.ingest [--quick]
 """
@@ -16,7 +22,9 @@ import socket
 import time
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -270,6 +278,94 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
     return {"rate": max(rates), "wall_rate": max(wall_rates), **details}
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, forward_port: int,
+                             warm_up: list[bytes], concurrency: int = 4) -> dict[str, Any]:
+    """The whole `ctxprec serve`: its CPU seconds for the whole run, and what it decided."""
+    import os
+    import subprocess
+    import sys
+
+    import aiohttp
+    import psutil
+
+    judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "bench"}
+    env = {k: v for k, v in env.items() if not k.startswith("CTXPREC_")}
+    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ctxprec.collector.cli", "serve", "--otlp-grpc", "off",
+         "--otlp-http", f"127.0.0.1:{http_port}", "--metrics", f"127.0.0.1:{metrics_port}",
+         "--forward-to", f"http://127.0.0.1:{forward_port}", "--write-back", "span", "--sample-rate", "0.01",
+         "--judge-model", "openai/stub", "--judge-api-base", f"http://127.0.0.1:{judge_port}/v1",
+         "--quiet-period", "0.2", "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(judge_port)
+        wait_port(metrics_port, timeout=30)
+        process = psutil.Process(serve.pid)
+        url = f"http://127.0.0.1:{http_port}/v1/traces"
+        headers = {"Content-Type": "application/x-protobuf"}
+        async with aiohttp.ClientSession() as session:
+            async def metrics() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+                async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+                    return _samples(await response.text())
+
+            async def post(body: bytes) -> None:
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"serve answered {response.status}")
+
+            for body in warm_up:  # connections and code paths, on traces of their own
+                await post(body)
+            await asyncio.sleep(1.0)
+            before = (await metrics())
+            cpu0 = process.cpu_times()
+            t0 = time.perf_counter()
+            queue = list(bodies)
+
+            async def sender() -> None:
+                while queue:
+                    await post(queue.pop())
+
+            await asyncio.gather(*(sender() for _ in range(concurrency)))
+            ok_key = ("ctxprec_exported_spans_total", (("exporter", "span_forwarder"), ("outcome", "ok")))
+            want_ok = before.get(ok_key, 0.0) + spans
+            deadline = time.monotonic() + 120
+            decided = 0.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.25)
+                now = await metrics()
+                decided = sum(v for (name, _), v in now.items() if name == "ctxprec_samples_total") - sum(
+                    v for (name, _), v in before.items() if name == "ctxprec_samples_total")
+                if now.get(ok_key, 0.0) >= want_ok and decided >= retrievals:
+                    break
+            elapsed = time.perf_counter() - t0
+            cpu1 = process.cpu_times()
+            final = await metrics()
+        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        evaluated = sum(v for (name, labels), v in final.items()
+                        if name == "ctxprec_samples_total" and ("decision", "evaluated") in labels)
+        return {"rate": spans / max(cpu, 1e-9), "cpu_s": cpu, "wall_s": elapsed, "decided": decided,
+                "forwarded": final.get(ok_key, 0.0) - before.get(ok_key, 0.0), "evaluated": evaluated}
+    finally:
+        for proc in (serve, judge):
+            proc.terminate()
+        for proc in (serve, judge):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
@@ -286,12 +382,18 @@ def main() -> None:
         wait_port(port)
         baseline = bare_parse_rate(bodies, spans, rounds)
         url = f"http://127.0.0.1:{port}"
+        retrievals = n_requests * traces_per_request  # one retriever span per trace
+        warm_up = build_bodies(4, traces_per_request, seed=11)
+        whole = [asyncio.run(serve_process_rate(bodies, spans, retrievals, port, warm_up))
+                 for _ in range(max(1, rounds // 2))]
         result = asyncio.run(ctxprec_rate(bodies, spans, rounds, url))
         baseline = max(baseline, bare_parse_rate(bodies, spans, rounds))  # before and after: fairest baseline
     finally:
         server.terminate()
         server.join(5)
     ratio = result["rate"] / baseline
+    best = max(whole, key=lambda w: w["rate"])
+    whole_ratio = best["rate"] / baseline
     avg_bytes = sum(map(len, bodies)) / spans
     out = {
         "benchmark": "ingest",
@@ -303,12 +405,21 @@ def main() -> None:
         "sample_rate": 0.01,
         "forwarding": "span mode, OTLP/HTTP to a discard endpoint in another process",
         "bare_parse_spans_per_s": round(baseline),
+        "serve_process_spans_per_cpu_s": round(best["rate"]),
+        "serve_process_ratio": round(whole_ratio, 3),
+        "serve_process_rounds": [{"ratio": round(w["rate"] / baseline, 3), "cpu_s": round(w["cpu_s"], 3),
+                                  "wall_s": round(w["wall_s"], 2), "forwarded_spans": w["forwarded"],
+                                  "decided": w["decided"], "evaluated": w["evaluated"]} for w in whole],
+        "serve_process_measure": ("ctxprec serve in its own process: OTLP/HTTP in over keep-alive, span-mode "
+                                  "forwarding out, 1% scored by the stub judge over HTTP; its CPU time (user+sys) "
+                                  "from the first request until all spans were forwarded and all retrievals "
+                                  "decided; best of rounds"),
         "ctxprec_spans_per_s": round(result["rate"]),
         "ratio": round(ratio, 3),
-        "measure": "best of rounds, spans per CPU-second of the process (includes forwarding syscalls)",
+        "measure": "in-process: best of rounds, spans per CPU-second of the process (includes forwarding syscalls)",
         "ctxprec_wall_clock_spans_per_s": round(result["wall_rate"]),
         "goal_ratio": 0.2,
-        "meets_goal": ratio >= 0.2,
+        "meets_goal": whole_ratio >= 0.2,
         "not_sampled_counting": "exact: every enabled convention, one marker pass per request",
         **{k: v for k, v in result.items() if k not in ("rate", "wall_rate")},
         "retrievals_in_input": n_requests * traces_per_request,  # one retriever span per trace
@@ -316,9 +427,11 @@ def main() -> None:
         == n_requests * traces_per_request,
     }
     print(f"bare ParseFromString : {baseline:12,.0f} spans/s")
+    print(f"ctxprec serve process: {best['rate']:12,.0f} spans per CPU-second  ratio {whole_ratio:.3f} (goal >= 0.20); "
+          f"rounds {[round(w['rate'] / baseline, 3) for w in whole]}")
     print(f"decode + OtlpIngest  : {result['rate']:12,.0f} spans/s  (sample rate 1%, forwarding on; "
           f"wall clock {result['wall_rate']:,.0f})")
-    print(f"ratio                : {ratio:.3f}  (goal >= 0.20)  avg span {avg_bytes:.0f} B")
+    print(f"in-process ratio     : {ratio:.3f}  avg span {avg_bytes:.0f} B")
     print(f"retrievals           : {result['sampled_retrievals']} sampled, "
           f"{result['not_sampled_retrievals']} counted not_sampled, of {n_requests * traces_per_request}")
     write_result("ingest", out, quick=args.quick)

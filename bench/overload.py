@@ -15,8 +15,6 @@ recovery every offered retrieval evaluated and none shed.
 """
 from __future__ import annotations
 
-from bench.common import write_result
-
 import argparse
 import asyncio
 import os
@@ -32,9 +30,13 @@ from typing import Any
 
 import aiohttp
 import psutil
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from prometheus_client.parser import text_string_to_metric_families
+
+from bench.common import write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "overload-app"

@@ -3,16 +3,17 @@
 grpc or the OpenTelemetry SDK.
 
 Each subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Every long flag
-also reads `CTXPREC_<FLAG>` from the environment (collector/cli_env.py); flags win."""
+also reads `CTXPREC_<FLAG>` from the environment; flags win. `serve` reads its variables in its
+config loader (which names the variable in its errors); for the other commands the parser turns
+them into flag defaults."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-from ctxprec.collector.cli_env import EnvError, apply_env_defaults, env_name, long_option
+from typing import Any, Mapping, Sequence
 
 PROG = "ctxprec"
 
@@ -62,22 +63,81 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_parser(sub: Subcommand) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+class EnvError(ValueError):
+    """An environment variable holds a value its flag does not accept."""
+
+
+def env_name(option: str) -> str:
+    """`--judge-model` -> `CTXPREC_JUDGE_MODEL`."""
+    return "CTXPREC_" + option.lstrip("-").replace("-", "_").upper()
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser that remembers its long flags as they are added, so that `CTXPREC_*`
+    variables can become their defaults (and show in --help) through argparse's public API."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.long_flags: list[tuple[str, argparse.Action]] = []  # before: the base adds --help
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and kwargs.get("help") != argparse.SUPPRESS:
+            self.long_flags.append((longs[0], action))
+        return action
+
+    def apply_env_defaults(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """Flag defaults from `CTXPREC_*`; returns the variables used. Raises EnvError."""
+        env = os.environ if environ is None else environ
+        used: list[str] = []
+        defaults: dict[str, Any] = {}
+        for option, action in self.long_flags:
+            name = env_name(option)
+            if action.help is not None:
+                action.help = f"{action.help} [env {name}]"
+            if name in env:
+                defaults[action.dest] = _env_value(action, option, name, env[name])
+                used.append(name)
+        self.set_defaults(**defaults)
+        return used
+
+
+def _env_value(action: argparse.Action, option: str, name: str, raw: str) -> Any:
+    if action.nargs == 0:  # a switch (store_true / store_false)
+        from ctxprec.collector.config_types import (
+            parse_bool,  # pydantic: only when a variable is set
+        )
+
+        try:
+            value = parse_bool(raw) if raw.strip() else False
+        except ValueError:
+            raise EnvError(f"{name}={raw!r}: {option} is a switch; use one of 1/0, true/false, yes/no, on/off") from None
+        return value if action.const is not False else not value
+    if action.nargs in ("*", "+") or isinstance(action.nargs, int):
+        return [_convert_one(action, option, name, part) for part in raw.split()]
+    return _convert_one(action, option, name, raw)
+
+
+def _convert_one(action: argparse.Action, option: str, name: str, raw: str) -> Any:
+    value: Any = raw
+    if action.type is not None:
+        try:
+            value = action.type(raw)  # type: ignore[misc, operator]
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+            detail = str(exc) or f"not a valid {getattr(action.type, '__name__', 'value')}"
+            raise EnvError(f"{name}={raw!r}: invalid value for {option}: {detail}") from None
+    if action.choices is not None and value not in action.choices:
+        raise EnvError(f"{name}={raw!r}: {option} must be one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _command_parser(sub: Subcommand) -> CommandParser:
+    return CommandParser(
         prog=f"{PROG} {sub.name}",
         description=sub.summary[:1].upper() + sub.summary[1:] + ".",
         epilog=_EPILOG,
     )
-
-
-def _annotate_env(parser: argparse.ArgumentParser) -> None:
-    """Show each flag's environment variable in --help."""
-    for action in parser._actions:
-        option = long_option(action)
-        if option is None or isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
-            continue
-        note = f"[env {env_name(option)}]"
-        action.help = f"{action.help} {note}" if action.help else note
 
 
 def _fail(message: str) -> int:
@@ -115,11 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = _command_parser(sub)
     module.add_arguments(parser)
-    try:
-        apply_env_defaults(parser)
-    except EnvError as exc:
-        return _fail(str(exc))
-    _annotate_env(parser)
+    if not getattr(module, "READS_OWN_ENVIRONMENT", False):
+        try:
+            parser.apply_env_defaults()
+        except EnvError as exc:
+            return _fail(str(exc))
     try:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse

@@ -1,348 +1,210 @@
 """`ServeConfig`: what `ctxprec serve` runs with, from the YAML file (`--config`), `CTXPREC_*`
 environment variables and flags; flags win over the environment, the environment over the file.
 
-Every setting is an `Option` with a dotted key (its place in the YAML file), a flag and a
-validator. A bad value is refused before anything starts, with a message that names the key and
-where the value came from, e.g.
+Each component declares its own settings beside it (receivers/config.py, exporters/config.py,
+scoring/config.py, sampling/config.py, assembly/config.py, assembly/conventions.py,
+metrics/config.py, metrics/drift.py, kafka/config.py): the YAML section, every key's default and
+meaning, and its flag. This module only composes them; pydantic-settings layers the three
+sources and validates. The environment names stay flat (`CTXPREC_<FLAG>`, e.g.
+`CTXPREC_SAMPLE_RATE`), as users set them. A bad value is refused before anything starts, with a
+message that names the key and where the value came from:
 
     config key sampling.rules[2].rate: must be between 0 and 1, got 1.5
     config key sampling.default_rate (from --sample-rate): must be between 0 and 1, got '2'
+    config key sample_rate: unknown key; did you mean sampling.default_rate? (every key: ...)
 """
 from __future__ import annotations
 
 import argparse
-import math
+import contextvars
+import difflib
 import os
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Any, Iterator, Mapping
 
 import yaml
-
-from ctxprec.collector.assembly.conventions import ALL_CONVENTIONS, AttributeMapping, ConventionConfig
+from ctxprec.collector.assembly.config import AssemblyConfig
+from ctxprec.collector.assembly.conventions import ConventionConfig
+from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
+from ctxprec.collector.exporters.config import ExportConfig
+from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.metrics.drift import DriftSettings
-from ctxprec.collector.receivers import kafka_config
-from ctxprec.collector.receivers.kafka_config import KafkaConfigError, KafkaSettings
-from ctxprec.collector.sampling.sampler import SamplingRule
-from ctxprec.scorer.config import JudgeConfig
+from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.sampling.config import SamplingConfig
+from ctxprec.collector.scoring.config import JudgeSettings, ScoringConfig
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 ENV_PREFIX = "CTXPREC_"
-WRITE_BACK_MODES = ("span", "evaluator")
-OFF = ("", "off", "none", "disabled", "false", "0")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+DOCS = "docs/CONFIG.md"
+# Old spellings that still work, each with a note that says what replaced it.
+DEPRECATED_FLAGS = {"--judge-redact-pii": ("judge", "redact_pii")}
 
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the key."""
 
 
-# -- converters: raw value (YAML scalar or text) -> value, or ValueError with what is wrong -------
+class ServeConfig(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
 
-def parse_number(raw: Any, *, integer: bool = False) -> float | int:
-    if isinstance(raw, bool):
-        raise ValueError(f"must be a number, got {raw!r}")
-    try:
-        value = int(raw) if integer and not isinstance(raw, float) else float(raw)
-    except (TypeError, ValueError):
-        raise ValueError(f"must be {'an integer' if integer else 'a number'}, got {raw!r}") from None
-    if integer and isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(f"must be an integer, got {raw!r}")
-        value = int(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {raw!r}")
-    return value
+    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="OTLP receivers")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="the metrics endpoint")
+    export: ExportConfig = Field(default_factory=ExportConfig, description="results written back over OTLP")
+    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="the judge")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="sampling and budgets")
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="scoring workers")
+    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig, description="trace assembly")
+    conventions: ConventionConfig = Field(default_factory=ConventionConfig, description="reading retrievals from spans")
+    drift: DriftSettings = Field(default_factory=DriftSettings, description="the drift detector")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka input and results")
+    log_level: Annotated[str, BeforeValidator(choice(*LOG_LEVELS))] = setting(
+        "info", "log level", flag="--log-level", choices=LOG_LEVELS)
+    log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(
+        "text", "log lines as text, or one JSON object per line for log pipelines", flag="--log-format",
+        choices=LOG_FORMATS)
 
+    @property
+    def write_back(self) -> str:
+        """The write-back mode: as configured, else evaluator for Kafka input and span otherwise."""
+        return self.export.write_back or ("evaluator" if self.kafka.enabled else "span")
 
-def rate(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be between 0 and 1, got {raw!r}")
-    return value
-
-
-def positive(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if value <= 0:
-        raise ValueError(f"must be a number > 0, got {raw!r}")
-    return value
-
-
-def non_negative(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if value < 0:
-        raise ValueError(f"must be a number >= 0, got {raw!r}")
-    return value
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        layers = _LAYERS.get()
+        # Highest priority first: flags (passed as init values), then the environment, then the file.
+        return (init_settings, _Layer(settings_cls, layers.env), _Layer(settings_cls, layers.file))
 
 
-def optional_positive(raw: Any) -> float | None:
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in OFF):
-        return None
-    return positive(raw)
-
-
-def count(raw: Any) -> int:
-    value = int(parse_number(raw, integer=True))
-    if value < 1:
-        raise ValueError(f"must be an integer >= 1, got {raw!r}")
-    return value
-
-
-def count0(raw: Any) -> int:
-    value = int(parse_number(raw, integer=True))
-    if value < 0:
-        raise ValueError(f"must be an integer >= 0, got {raw!r}")
-    return value
-
-
-def boolean(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    word = str(raw).strip().lower()
-    if word in ("true", "yes", "on", "1"):
-        return True
-    if word in ("false", "no", "off", "0"):
-        return False
-    raise ValueError(f"must be true or false, got {raw!r}")
-
-
-def text(raw: Any) -> str:
-    if isinstance(raw, (dict, list)):
-        raise ValueError(f"must be text, got a {type(raw).__name__}")
-    return str(raw)
-
-
-def optional_text(raw: Any) -> str | None:
-    if raw is None:
-        return None
-    value = text(raw).strip()
-    return value or None
-
-
-def listen(raw: Any) -> tuple[str, int] | None:
-    """`host:port` (`[v6]:port` too); `off` disables the listener."""
-    if raw is None or text(raw).strip().lower() in OFF:
-        return None
-    value = text(raw).strip()
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"must be HOST:PORT (or off), got {raw!r}")
-    number = int(port)
-    if number > 65535:
-        raise ValueError(f"port must be 0..65535, got {raw!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, number
-
-
-def forward_url(raw: Any) -> str | None:
-    value = optional_text(raw)
-    if value is None or value.lower() in OFF:
-        return None
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https", "grpc", "grpcs") or not parts.hostname:
-        raise ValueError(f"must be a URL like http://host:4318, https://..., grpc://host:4317 or grpcs://..., got {raw!r}")
-    return value
-
-
-def choice(*choices: str, optional: bool = False) -> Callable[[Any], str | None]:
-    def convert(raw: Any) -> str | None:
-        if optional and (raw is None or text(raw).strip().lower() in ("", "auto")):
-            return None
-        value = text(raw).strip().lower()
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}, got {raw!r}")
-        return value
-    convert.metavar = "|".join(choices)  # type: ignore[attr-defined]  # read by --help
-    return convert
-
-
-def readable_file(raw: Any) -> str | None:
-    value = optional_text(raw)
-    if value is not None and not os.path.isfile(value):
-        raise ValueError(f"file not found: {value!r}")
-    return value
-
+# -- the settings, as a flat list (for flags, environment variables and the docs) -----------------
 
 @dataclass(frozen=True, slots=True)
-class Option:
-    key: str  # dotted place in the YAML file
-    flag: str | None
-    convert: Callable[[Any], Any]
-    default: Any
-    help: str
+class Setting:
+    path: tuple[str, ...]  # ("sampling", "default_rate")
+    field: FieldInfo
+    annotation: Any
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def flag(self) -> str | None:
+        extra = self.field.json_schema_extra
+        return extra.get("flag") if isinstance(extra, dict) else None  # type: ignore[return-value]
 
     @property
     def env(self) -> str | None:
-        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").upper() if self.flag else None
+        return env_name(self.flag) if self.flag else None
+
+    @property
+    def choices(self) -> list[str] | None:
+        extra = self.field.json_schema_extra
+        return extra.get("choices") if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+    @property
+    def switch(self) -> bool:
+        return self.annotation is Switch
+
+    @property
+    def secret(self) -> bool:
+        return self.field.repr is False
+
+    @property
+    def default(self) -> Any:
+        return self.field.get_default(call_default_factory=True)
+
+    @property
+    def help(self) -> str:
+        return self.field.description or ""
 
 
-OPTIONS: tuple[Option, ...] = (
-    # receivers
-    Option("receivers.otlp_grpc", "--otlp-grpc", listen, "0.0.0.0:4317", "OTLP/gRPC listen address, or off"),
-    Option("receivers.otlp_http", "--otlp-http", listen, "0.0.0.0:4318", "OTLP/HTTP listen address (/v1/traces), or off"),
-    Option("receivers.auth_token", "--receiver-auth-token", optional_text, None,
-           "require 'Authorization: Bearer TOKEN' on OTLP requests"),
-    Option("receivers.tls_cert", "--receiver-tls-cert", readable_file, None, "TLS certificate (PEM) for the OTLP receivers"),
-    Option("receivers.tls_key", "--receiver-tls-key", readable_file, None, "TLS private key (PEM) for the OTLP receivers"),
-    Option("receivers.tls_client_ca", "--receiver-tls-client-ca", readable_file, None,
-           "CA (PEM) that OTLP clients' certificates must be signed by (mTLS); needs --receiver-tls-cert"),
-    Option("receivers.max_request_mb", "--max-request-mb", positive, 16.0, "largest OTLP request accepted, in MB"),
-    # metrics
-    Option("metrics.listen", "--metrics", listen, "0.0.0.0:9464", "Prometheus /metrics, /healthz, /readyz address"),
-    Option("metrics.max_services", "--max-services", count, 50, "distinct service label values before 'other'"),
-    Option("metrics.max_retrievers", "--max-retrievers", count, 50, "distinct retriever label values before 'other'"),
-    # write-back
-    Option("export.forward_to", "--forward-to", forward_url, None, "downstream OTLP endpoint (http[s]:// or grpc[s]://)"),
-    Option("export.write_back", "--write-back", choice(*WRITE_BACK_MODES, optional=True), None,
-           "span (in-line) or evaluator (out-of-band); default: span for OTLP input, evaluator for Kafka"),
-    Option("export.threshold", "--threshold", rate, 0.5, "score label is 'high' at or above this fraction of scale"),
-    Option("export.hold_deadline_s", "--hold-deadline", positive, 60.0,
-           "span mode: longest a sampled retrieval span is held waiting for its score, seconds"),
-    Option("export.ca_file", "--forward-ca-file", readable_file, None, "CA bundle to trust for https:// or grpcs://"),
-    Option("export.cert_file", "--forward-cert-file", readable_file, None, "client certificate for mTLS to --forward-to"),
-    Option("export.key_file", "--forward-key-file", readable_file, None, "client key for mTLS to --forward-to"),
-    Option("export.evaluation_logs", "--evaluation-logs", choice("auto", "on", "off"), "auto",
-           "evaluator mode: also send a gen_ai.evaluation.result log record per score; auto stops (one "
-           "WARNING) when --forward-to does not take OTLP logs"),
-    Option("export.max_queue_mb", "--forward-max-queue-mb", positive, 64.0,
-           "span mode: spans queued for --forward-to at most, MB; beyond it new spans are dropped and counted"),
-    # judge
-    Option("judge.model", "--judge-model", optional_text, None, "litellm model string, or 'local' (the default)"),
-    Option("judge.api_base", "--judge-api-base", optional_text, None, "OpenAI-compatible base URL of the judge"),
-    Option("judge.api_key", "--judge-api-key", optional_text, None, "judge API key (else the provider's env variable)"),
-    Option("judge.scale", "--scale", non_negative, 1.0, "score scale"),
-    Option("judge.reason_mode", "--judge-reason-mode", choice("template", "llm"), "template", "template or llm"),
-    Option("judge.concurrency", "--judge-concurrency", count, 16, "judge requests in flight at most"),
-    Option("judge.requests_per_minute", "--judge-rpm", optional_positive, None, "judge requests per minute"),
-    Option("judge.tokens_per_minute", "--judge-tpm", optional_positive, None, "judge tokens per minute"),
-    Option("judge.timeout_s", "--judge-timeout", positive, 30.0, "judge request timeout, seconds"),
-    Option("judge.max_retries", "--judge-max-retries", count0, 4, "retries per judge request"),
-    Option("judge.max_contexts_per_call", "--judge-max-contexts-per-call", count, 20, "contexts judged per call"),
-    Option("judge.max_context_chars", "--judge-max-context-chars", count, 4000, "characters of a context sent"),
-    Option("judge.cache_size", "--judge-cache-size", count0, 10_000, "verdict cache entries (0 disables)"),
-    Option("judge.redact_pii", "--judge-redact-pii", boolean, False,
-           "replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge"),
-    Option("judge.breaker_threshold", None, count, 10, ""),
-    Option("judge.breaker_cooldown_s", None, non_negative, 30.0, ""),
-    Option("judge.temperature", None, non_negative, 0.0, ""),
-    Option("judge.transport", None, choice("auto", "direct", "litellm"), "auto", ""),
-    # sampling and budgets
-    Option("sampling.default_rate", "--sample-rate", rate, 1.0, "fraction of traces scored when no rule matches"),
-    Option("sampling.max_scores_per_minute", "--max-scores-per-minute", optional_positive, None,
-           "throttle: scores per minute at most"),
-    Option("sampling.daily_budget_usd", "--daily-budget-usd", optional_positive, None, "judge spend per UTC day at most"),
-    Option("sampling.duplicate_window_s", None, positive, 600.0, ""),
-    # scoring
-    Option("scoring.queue_size", "--queue-size", count, 1000, "retrievals waiting for a worker; more are shed"),
-    Option("scoring.workers", "--workers", count, 8, "concurrent scorings"),
-    Option("scoring.max_rss_mb", "--max-rss-mb", optional_positive, 512.0,
-           "shed new work while RSS (sidecar and scoring process) is above this"),
-    Option("scoring.process", "--scoring-process", choice("auto", "on", "off"), "auto",
-           "judge in a separate scoring process (a second core); auto: on for Kafka input with 2+ CPUs"),
-    Option("scoring.shutdown_timeout_s", "--shutdown-timeout", non_negative, 10.0,
-           "on SIGTERM, seconds to finish scoring in flight"),
-    # assembly
-    Option("assembly.quiet_period_s", "--quiet-period", non_negative, 2.0, "trace is ready this long after its root span"),
-    Option("assembly.max_wait_s", "--max-wait", non_negative, 30.0, "trace is ready at most this long after its first span"),
-    Option("assembly.max_traces", "--max-buffered-traces", count, 10_000, "traces being assembled at most"),
-    Option("assembly.max_buffer_mb", "--max-buffer-mb", positive, 128.0, "bytes of traces being assembled at most, MB"),
-    # conventions (YAML has more: order, mapping)
-    Option("conventions.retriever_attribute", None, optional_text, None, ""),
-    Option("conventions.expected_output_attribute", "--expected-output-attribute", optional_text, None,
-           "span attribute holding the reference answer"),
-    Option("conventions.max_contexts", None, count, 100, ""),
-    Option("log_level", "--log-level", choice("debug", "info", "warning", "error"), "info", "log level"),
-) + tuple(
-    Option("kafka." + key.removeprefix("kafka_"), "--" + key.replace("_", "-"), lambda raw: raw, None,
-           "Kafka: " + key.removeprefix("kafka_").replace("_", " "))
-    for key in kafka_config.KEYS
-)
-_BY_KEY = {o.key: o for o in OPTIONS}
-# YAML keys that hold structures rather than one value.
-_STRUCTURED = {"sampling.rules", "conventions.order", "conventions.mapping", "drift"}
+def env_name(flag: str) -> str:
+    """`--judge-model` -> `CTXPREC_JUDGE_MODEL`."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
 
-@dataclass(slots=True)
-class ServeConfig:
-    otlp_grpc: tuple[str, int] | None
-    otlp_http: tuple[str, int] | None
-    receiver_auth_token: str | None = field(repr=False)  # a secret: kept out of repr and logs
-    receiver_tls_cert: str | None
-    receiver_tls_key: str | None
-    max_request_bytes: int
-    metrics_listen: tuple[str, int] | None
-    max_services: int
-    max_retrievers: int
-    forward_to: str | None
-    write_back: str  # "span" | "evaluator"
-    threshold: float
-    hold_deadline_s: float
-    forward_ca_file: str | None
-    forward_cert_file: str | None
-    forward_key_file: str | None
-    judge: JudgeConfig
-    judge_defaulted: bool  # no judge configured: the local judge stands in
-    scale: float
-    sample_rate: float
-    sampling_rules: list[SamplingRule]
-    max_scores_per_minute: float | None
-    daily_budget_usd: float | None
-    duplicate_window_s: float
-    queue_size: int
-    workers: int
-    max_rss_mb: float | None
-    shutdown_timeout_s: float
-    quiet_period_s: float
-    max_wait_s: float
-    max_traces: int
-    max_buffer_bytes: int
-    conventions: ConventionConfig
-    drift: DriftSettings
-    kafka: KafkaSettings | None
-    log_level: str = "info"
-    evaluation_logs: str = "auto"  # evaluator mode: auto | on | off
-    receiver_tls_client_ca: str | None = None  # set: OTLP clients must present a certificate it signed
-    forward_max_queue_bytes: int = 64 * 1024 * 1024  # span mode: the forwarder's queue bound
-    scoring_process: str = "auto"  # "auto" | "on" | "off": see collector/scoring/placement.py
-    sources: dict[str, str] = field(default_factory=dict)  # key -> "default" | "file" | "env" | "flag"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="YAML config file (flags > CTXPREC_* env > file)")
-    for option in OPTIONS:
-        if option.flag is None:
-            continue
-        default = f" (default {option.default})" if option.default is not None else ""
-        parser.add_argument(option.flag, dest=_dest(option), default=None, type=str, metavar=_metavar(option),
-                            help=f"{option.help}{default}")  # the CLI adds "[env CTXPREC_...]"
-
-
-def _metavar(option: Option) -> str:
-    named = {listen: "HOST:PORT", rate: "R", forward_url: "URL", readable_file: "FILE", count: "N", count0: "N",
-             boolean: "true|false", positive: "NUM", non_negative: "NUM", optional_positive: "NUM",
-             optional_text: "TEXT", text: "TEXT"}
-    if option.convert in named:
-        return named[option.convert]
-    # Kafka options pass through unconverted (kafka_config validates them); name them by their tail.
-    return getattr(option.convert, "metavar", None) or (option.flag or "VALUE").split("-")[-1].upper()
-
-
-def _dest(option: Option) -> str:
-    assert option.flag is not None
-    return option.flag.lstrip("-").replace("-", "_")
-
-
-def _flatten(data: Mapping[str, Any], prefix: str, out: dict[str, Any]) -> None:
-    for key, value in data.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"config key {prefix}{key!r}: keys must be text")
-        dotted = prefix + key
-        if dotted in _STRUCTURED or dotted.startswith("drift."):
-            out[dotted] = value
-        elif isinstance(value, dict) and dotted not in _BY_KEY:
-            _flatten(value, dotted + ".", out)
+def settings(model: type[BaseModel] = ServeConfig, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and not prefix:
+            yield from settings(annotation, (name,))
         else:
-            out[dotted] = value
+            original = _annotated(model, name)
+            yield Setting((*prefix, name), info, original)
+
+
+def _annotated(model: type[BaseModel], name: str) -> Any:
+    """The field's declared type with its Annotated metadata (pydantic strips it from FieldInfo)."""
+    hints = getattr(model, "__annotations__", {})
+    for klass in model.__mro__:
+        if name in getattr(klass, "__annotations__", {}):
+            hints = klass.__annotations__
+            break
+    hint = hints.get(name)
+    if isinstance(hint, str):
+        module = sys.modules[model.__module__]
+        try:
+            hint = eval(hint, vars(module))  # noqa: S307 - our own annotations, resolved once
+        except Exception:  # noqa: BLE001 - only used to pick a metavar
+            return None
+    return hint
+
+
+SETTINGS: tuple[Setting, ...] = tuple(settings())
+_BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+# -- the sources ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Inputs:
+    env: dict[str, Any]
+    file: dict[str, Any]
+
+
+_LAYERS: contextvars.ContextVar[_Inputs] = contextvars.ContextVar("ctxprec_config_layers",
+                                                                  default=_Inputs({}, {}))
+
+
+class _Layer(PydanticBaseSettingsSource):
+    """Values already read (from the environment or the file), as nested sections."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._values
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """{"sampling.default_rate": 0.5} -> {"sampling": {"default_rate": 0.5}}."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def read_file(path: str) -> dict[str, Any]:
@@ -359,217 +221,182 @@ def read_file(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: the top level must be a mapping of keys, got {type(data).__name__}")
-    flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
-    known = set(_BY_KEY) | _STRUCTURED
-    for key in flat:
-        if key not in known and not key.startswith("drift."):
-            raise ConfigError(f"config key {key}: unknown key (check the spelling; see `ctxprec serve --help`)")
-    return flat
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"config key {key!r}: keys must be text")
+    return data
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def load(args: argparse.Namespace | None = None, *, environ: Mapping[str, str] | None = None,
          file_values: Mapping[str, Any] | None = None) -> ServeConfig:
-    """Merge file, environment and flags, then validate. Raises ConfigError."""
+    """File < environment < flags, validated. `file_values` (dotted keys) act as a file that the
+    real file overrides (the demo's defaults). Raises ConfigError."""
     env = os.environ if environ is None else environ
     config_path = getattr(args, "config", None) if args is not None else None
     if config_path is None:
         config_path = env.get(ENV_PREFIX + "CONFIG") or None
-    flat: dict[str, Any] = dict(file_values or {})
+    file_layer = _nest(file_values or {})
     if config_path:
-        flat.update(read_file(config_path))
-    raw: dict[str, tuple[Any, str]] = {}
-    for option in OPTIONS:
-        value: Any = None
-        source = "default"
-        if option.key in flat:
-            value, source = flat[option.key], "file"
-        if option.env and option.env in env:
-            value, source = env[option.env], f"env {option.env}"
-        given = getattr(args, _dest(option), None) if (args is not None and option.flag) else None
+        file_layer = _merge(file_layer, read_file(config_path))
+
+    sources: dict[str, str] = {}  # dotted key -> where its value came from (flags and env only)
+    env_flat: dict[str, Any] = {}
+    for setting_ in SETTINGS:
+        if setting_.env and setting_.env in env:
+            env_flat[setting_.key] = env[setting_.env]
+            sources[setting_.key] = f"env {setting_.env}"
+    flag_flat: dict[str, Any] = {}
+    for flag, (section, name) in DEPRECATED_FLAGS.items():
+        old_env = env_name(flag)
+        key = f"{section}.{name}"
+        if old_env in env and key not in env_flat:
+            _deprecated(f"{old_env} is deprecated; set {_BY_KEY[key].env} instead")
+            env_flat[key] = env[old_env]
+            sources[key] = f"env {old_env}"
+        given = getattr(args, _dest(flag), None) if args is not None else None
         if given is not None:
-            # The CLI may have turned CTXPREC_* into flag defaults: name the variable then.
-            from_env = option.env is not None and env.get(option.env) == given
-            value, source = given, (f"env {option.env}" if from_env else f"{option.flag}")
-        raw[option.key] = (value, source)
-    return _build(raw, flat)
+            _deprecated(f"{flag} is deprecated; use {_BY_KEY[key].flag} (a switch) instead")
+            flag_flat[key] = given
+            sources[key] = flag
+    if args is not None:
+        for setting_ in SETTINGS:
+            given = getattr(args, _dest(setting_.flag), None) if setting_.flag else None
+            if given is not None:
+                flag_flat[setting_.key] = given
+                sources[setting_.key] = setting_.flag  # type: ignore[assignment]
 
-
-def _value(raw: Mapping[str, tuple[Any, str]], key: str) -> Any:
-    option = _BY_KEY[key]
-    value, source = raw[key]
-    if source == "default":
-        return option.default if option.default is None else option.convert(option.default)
+    token = _LAYERS.set(_Inputs(_nest(env_flat), file_layer))
     try:
-        return option.convert(value)
-    except ValueError as exc:
-        where = "" if source == "file" else f" (from {source})"
-        raise ConfigError(f"config key {key}{where}: {exc}") from None
+        return ServeConfig(**_nest(flag_flat))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, sources)) from None
+    finally:
+        _LAYERS.reset(token)
 
 
-def _build(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> ServeConfig:
-    v = lambda key: _value(raw, key)  # noqa: E731 - local shorthand
-    model = v("judge.model")
-    judge_defaulted = model is None
-    try:
-        judge = JudgeConfig(
-            model=model or "local", api_base=v("judge.api_base"), api_key=v("judge.api_key"),
-            reason_mode=v("judge.reason_mode"), max_contexts_per_call=v("judge.max_contexts_per_call"),
-            max_context_chars=v("judge.max_context_chars"), cache_size=v("judge.cache_size"),
-            concurrency=v("judge.concurrency"), requests_per_minute=v("judge.requests_per_minute"),
-            tokens_per_minute=v("judge.tokens_per_minute"), timeout_s=v("judge.timeout_s"),
-            max_retries=v("judge.max_retries"), breaker_threshold=v("judge.breaker_threshold"),
-            breaker_cooldown_s=v("judge.breaker_cooldown_s"), temperature=v("judge.temperature"),
-            transport=v("judge.transport"), redact_pii=v("judge.redact_pii"))
-    except ValueError as exc:
-        raise ConfigError(f"config key judge.{exc}") from None
-
-    kafka = _kafka(raw)
-    forward_to = v("export.forward_to")
-    write_back = v("export.write_back")
-    if write_back is None:
-        write_back = "evaluator" if kafka is not None else "span"
-    if (v("receivers.tls_cert") is None) != (v("receivers.tls_key") is None):
-        raise ConfigError("config key receivers.tls_cert / receivers.tls_key: give both or neither")
-    if v("receivers.tls_client_ca") is not None and v("receivers.tls_cert") is None:
-        raise ConfigError("config key receivers.tls_client_ca: needs receivers.tls_cert and receivers.tls_key "
-                          "(client certificates are checked during the TLS handshake)")
-    if (v("export.cert_file") is None) != (v("export.key_file") is None):
-        raise ConfigError("config key export.cert_file / export.key_file: give both or neither")
-    if v("assembly.max_wait_s") < v("assembly.quiet_period_s"):
-        raise ConfigError(
-            f"config key assembly.max_wait_s: must be >= assembly.quiet_period_s ({v('assembly.quiet_period_s')}), "
-            f"got {v('assembly.max_wait_s')}")
-
-    return ServeConfig(
-        otlp_grpc=v("receivers.otlp_grpc"), otlp_http=v("receivers.otlp_http"),
-        receiver_auth_token=v("receivers.auth_token"), receiver_tls_cert=v("receivers.tls_cert"),
-        receiver_tls_key=v("receivers.tls_key"), max_request_bytes=int(v("receivers.max_request_mb") * 1024 * 1024),
-        metrics_listen=v("metrics.listen"), max_services=v("metrics.max_services"),
-        max_retrievers=v("metrics.max_retrievers"), forward_to=forward_to, write_back=write_back,
-        threshold=v("export.threshold"), hold_deadline_s=v("export.hold_deadline_s"),
-        forward_ca_file=v("export.ca_file"), forward_cert_file=v("export.cert_file"),
-        forward_key_file=v("export.key_file"), judge=judge, judge_defaulted=judge_defaulted,
-        scale=v("judge.scale"), sample_rate=v("sampling.default_rate"), sampling_rules=_rules(flat),
-        max_scores_per_minute=v("sampling.max_scores_per_minute"), daily_budget_usd=v("sampling.daily_budget_usd"),
-        duplicate_window_s=v("sampling.duplicate_window_s"), queue_size=v("scoring.queue_size"),
-        workers=v("scoring.workers"), max_rss_mb=v("scoring.max_rss_mb"),
-        shutdown_timeout_s=v("scoring.shutdown_timeout_s"), quiet_period_s=v("assembly.quiet_period_s"),
-        max_wait_s=v("assembly.max_wait_s"), max_traces=v("assembly.max_traces"),
-        max_buffer_bytes=int(v("assembly.max_buffer_mb") * 1024 * 1024),
-        conventions=_conventions(raw, flat), drift=_drift(flat), kafka=kafka, log_level=v("log_level"),
-        receiver_tls_client_ca=v("receivers.tls_client_ca"),
-        forward_max_queue_bytes=max(1, int(v("export.max_queue_mb") * 1024 * 1024)),
-        scoring_process=v("scoring.process"), evaluation_logs=v("export.evaluation_logs"), sources={key: source for key, (_, source) in raw.items()})
+def _deprecated(message: str) -> None:
+    sys.stderr.write(f"ctxprec serve: {message}\n")
 
 
-def _kafka(raw: Mapping[str, tuple[Any, str]]) -> KafkaSettings | None:
-    values = {"kafka_" + key.removeprefix("kafka."): value for key, (value, _) in raw.items()
-              if key.startswith("kafka.")}
-    try:
-        return kafka_config.from_mapping(values)
-    except KafkaConfigError as exc:
-        raise ConfigError(f"config key kafka.{str(exc).removeprefix('kafka_')}") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"config key kafka: {exc}") from None
+def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
+    """The first error, as `config key KEY (from SOURCE): what is wrong`."""
+    error = exc.errors(include_url=False)[0]
+    loc = [part for part in error["loc"] if part != "__root__"]
+    key = _key(loc)
+    message = str(error.get("msg", ""))
+    if error["type"] == "value_error":
+        message = str(error.get("ctx", {}).get("error", message))
+    if message.startswith("["):  # a rule across keys: "[a / b] what is wrong"
+        names, _, message = message[1:].partition("] ")
+        section = f"{key}." if key else ""
+        key = " / ".join(section + name.strip() for name in names.split(" / "))
+    elif error["type"] == "extra_forbidden":
+        suggestion = _closest(key)
+        hint = f"did you mean {suggestion}? " if suggestion else ""
+        message = f"unknown key; {hint}(every key is listed in {DOCS} and in `ctxprec serve --help`)"
+    elif error["type"] in _TYPE_WORDS:
+        message = f"{_TYPE_WORDS[error['type']]}, got {error.get('input')!r}"
+    elif error["type"] == "missing":
+        message = "required"
+    else:
+        message = message[:1].lower() + message[1:]
+    where = sources.get(key)
+    return f"config key {key}{f' (from {where})' if where else ''}: {message}"
 
 
-def _rules(flat: Mapping[str, Any]) -> list[SamplingRule]:
-    rules_raw = flat.get("sampling.rules")
-    if rules_raw is None:
-        return []
-    if not isinstance(rules_raw, list):
-        raise ConfigError(f"config key sampling.rules: must be a list of rules, got {type(rules_raw).__name__}")
-    rules: list[SamplingRule] = []
-    for i, item in enumerate(rules_raw):
-        key = f"sampling.rules[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"config key {key}: must be a mapping with rate, service, attributes")
-        unknown = set(item) - {"rate", "service", "attributes"}
-        if unknown:
-            raise ConfigError(f"config key {key}.{sorted(unknown)[0]}: unknown key (a rule has rate, service, attributes)")
-        if "rate" not in item:
-            raise ConfigError(f"config key {key}.rate: required")
-        try:
-            rule_rate = rate(item["rate"])
-        except ValueError as exc:
-            raise ConfigError(f"config key {key}.rate: {exc}") from None
-        service = item.get("service")
-        if service is not None and (not isinstance(service, str) or not service):
-            raise ConfigError(f"config key {key}.service: must be a service name or glob, got {service!r}")
-        attributes = item.get("attributes") or {}
-        if not isinstance(attributes, dict) or any(isinstance(x, (dict, list)) for x in attributes.values()):
-            raise ConfigError(f"config key {key}.attributes: must map attribute keys to plain values")
-        rules.append(SamplingRule(rate=rule_rate, service=service,
-                                  attributes={str(k): _plain(x) for k, x in attributes.items()}))
-    return rules
+_TYPE_WORDS = {"list_type": "must be a list", "dict_type": "must be a mapping", "model_type": "must be a mapping",
+               "model_attributes_type": "must be a mapping", "string_type": "must be text",
+               "tuple_type": "must be a list", "int_type": "must be an integer", "float_type": "must be a number",
+               "bool_type": "must be true or false"}
 
 
-def _plain(value: Any) -> str:
+def _closest(key: str) -> str | None:
+    """The known key (or section) an unknown key most likely meant: within its section first
+    (`sampling.defualt_rate`), else anywhere (`sample_rate` -> `sampling.default_rate`)."""
+    sections = [name for name in ServeConfig.model_fields if "." not in name and name not in _BY_KEY]
+    names: dict[str, str] = {}  # spelling -> full key
+    for setting_ in SETTINGS:
+        names.setdefault(setting_.key, setting_.key)
+        names.setdefault(setting_.path[-1], setting_.key)
+        names.setdefault(setting_.key.replace(".", "_"), setting_.key)
+    for section in sections:
+        names.setdefault(section, section)
+    section, _, _ = key.partition(".")
+    if "." in key and section in sections:
+        inside = [k for k in _BY_KEY if k.startswith(section + ".")]
+        guess = difflib.get_close_matches(key, inside, n=1, cutoff=0.6)
+        if guess:
+            return guess[0]
+    guess = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    return names[guess[0]] if guess and names[guess[0]] != key else None
+
+
+def _key(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+def _dest(flag: str | None) -> str:
+    assert flag is not None
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help=f"YAML config file (flags win over CTXPREC_* variables, which win over the file) "
+                             f"[env {ENV_PREFIX}CONFIG]")
+    for setting_ in SETTINGS:
+        if not setting_.flag:
+            continue
+        default = setting_.default
+        shown = "none" if default is None else _shown(default)
+        help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]"
+        if setting_.switch:
+            parser.add_argument(setting_.flag, dest=_dest(setting_.flag), nargs="?", const="true", default=None,
+                                metavar="true|false", help=help_text)
+        else:
+            parser.add_argument(setting_.flag, dest=_dest(setting_.flag), default=None, metavar=_metavar(setting_),
+                                help=help_text)
+    for flag, (section, name) in DEPRECATED_FLAGS.items():
+        parser.add_argument(flag, dest=_dest(flag), default=None, metavar="true|false",
+                            help=f"deprecated: use {_BY_KEY[f'{section}.{name}'].flag}")
+
+
+def _metavar(setting_: Setting) -> str:
+    if setting_.choices:
+        return "|".join(str(c) for c in setting_.choices)
+    return METAVARS.get(setting_.annotation, "VALUE")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):
+        return f"{value[0]}:{value[1]}"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return str(value)
 
 
-def _conventions(raw: Mapping[str, tuple[Any, str]], flat: Mapping[str, Any]) -> ConventionConfig:
-    v = lambda key: _value(raw, key)  # noqa: E731
-    order_raw = flat.get("conventions.order")
-    order = tuple(ALL_CONVENTIONS)
-    if order_raw is not None:
-        if not isinstance(order_raw, list) or not all(isinstance(x, str) for x in order_raw):
-            raise ConfigError(f"config key conventions.order: must be a list of {', '.join(ALL_CONVENTIONS)}")
-        unknown = [x for x in order_raw if x not in ALL_CONVENTIONS]
-        if unknown:
-            raise ConfigError(f"config key conventions.order: unknown convention {unknown[0]!r}; "
-                              f"known: {', '.join(ALL_CONVENTIONS)}")
-        order = tuple(order_raw)
-    mapping = None
-    mapping_raw = flat.get("conventions.mapping")
-    if mapping_raw is not None:
-        if not isinstance(mapping_raw, dict):
-            raise ConfigError("config key conventions.mapping: must be a mapping with query, contexts, output")
-        unknown_keys = set(mapping_raw) - {"query", "contexts", "output"}
-        if unknown_keys:
-            raise ConfigError(f"config key conventions.mapping.{sorted(unknown_keys)[0]}: unknown key "
-                              "(the mapping has query, contexts, output)")
-        for required in ("query", "contexts"):
-            if not isinstance(mapping_raw.get(required), str) or not mapping_raw[required]:
-                raise ConfigError(f"config key conventions.mapping.{required}: required (an attribute key or key$json.path)")
-        output = mapping_raw.get("output")
-        if output is not None and not isinstance(output, str):
-            raise ConfigError("config key conventions.mapping.output: must be an attribute key or key$json.path")
-        mapping = AttributeMapping(query=mapping_raw["query"], contexts=mapping_raw["contexts"], output=output)
-    try:
-        return ConventionConfig(order=order, mapping=mapping, retriever_attribute=v("conventions.retriever_attribute"),
-                                expected_output_attribute=v("conventions.expected_output_attribute"),
-                                max_contexts=v("conventions.max_contexts"))
-    except ValueError as exc:
-        raise ConfigError(f"config key {exc}") from None
-
-
-def _drift(flat: Mapping[str, Any]) -> DriftSettings:
-    values: dict[str, Any] = {}
-    block = flat.get("drift")
-    items = dict(block) if isinstance(block, dict) else {}
-    if block is not None and not isinstance(block, dict):
-        raise ConfigError("config key drift: must be a mapping")
-    items.update({k.removeprefix("drift."): x for k, x in flat.items() if k.startswith("drift.")})
-    known = {f.name: f for f in fields(DriftSettings)}
-    for name, raw_value in items.items():
-        if name not in known:
-            raise ConfigError(f"config key drift.{name}: unknown key; known: {', '.join(known)}")
-        try:
-            if name in ("warmup", "batch"):
-                values[name] = count(raw_value)
-            elif name in ("baseline_alpha", "recent_alpha", "clear_ratio"):
-                values[name] = rate(raw_value)
-                if values[name] <= 0:
-                    raise ValueError(f"must be > 0, got {raw_value!r}")
-            else:
-                values[name] = positive(raw_value)
-        except ValueError as exc:
-            raise ConfigError(f"config key drift.{name}: {exc}") from None
-    return DriftSettings(**values)
+def describe_help() -> str:
+    """The epilog of `ctxprec serve --help`."""
+    return (f"Every setting is a YAML key (shown as [yaml ...]) and most are flags; every flag also reads "
+            f"{ENV_PREFIX}<FLAG> from the environment. Flags win over the environment, the environment over "
+            f"the file. All keys, with their defaults: {DOCS}.")
 
 
 NO_JUDGE_WARNING = (

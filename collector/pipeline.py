@@ -27,10 +27,16 @@ from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import JudgeMetricsObserver
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.sampling.decide import (
-    DailyBudget, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
+    DailyBudget,
+    RecentKeys,
+    RetrievalGate,
+    RssGuard,
+    current_rss_bytes,
+    score_throttle,
+)
 from ctxprec.collector.sampling.sampler import Sampler
-from ctxprec.collector.scoring.placement import make_engine
 from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.collector.scoring.placement import make_engine
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
@@ -42,26 +48,28 @@ log = logging.getLogger(__name__)
 class Pipeline:
     def __init__(self, config: ServeConfig, *, metrics: Metrics | None = None) -> None:
         self.config = config
-        self.metrics = metrics or Metrics(max_services=config.max_services, max_retrievers=config.max_retrievers,
-                                          version=VERSION)
+        self.metrics = metrics or Metrics(max_services=config.metrics.max_services,
+                                          max_retrievers=config.metrics.max_retrievers, version=VERSION)
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
         self.engine = make_engine(config, JudgeMetricsObserver(self.metrics))
         self.identity = ScorerIdentity.of_engine(self.engine)
-        self.sampler = Sampler(config.sample_rate, config.sampling_rules)
+        sampling, scoring = config.sampling, config.scoring
+        self.sampler = Sampler(sampling.default_rate, sampling.rules)
         # Every decision ends here: results to the sinks, then counted, then the input released.
         self.fanout = ResultFanout(self.metrics)
-        self.budget = DailyBudget(config.daily_budget_usd) if config.daily_budget_usd else None
+        self.budget = DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None
         self.drift = DriftMonitor(self.metrics, config.drift)
         self.fanout.add(MetricsSink(self.metrics, self.drift))
         self.workers = ScoringWorkers(self.engine, downstream=self.fanout, identity=self.identity,
-                                      queue_size=config.queue_size, workers=config.workers, metrics=self.metrics,
+                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
                                       budget=self.budget)
         self.gate = RetrievalGate(
             sampler=self.sampler, queue=self.workers, decisions=self.fanout,
-            throttle=TokenBucket(config.max_scores_per_minute) if config.max_scores_per_minute else None,
+            throttle=score_throttle(sampling.max_scores_per_minute) if sampling.max_scores_per_minute else None,
             budget=self.budget,
-            rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024), probe=self._rss_bytes) if config.max_rss_mb else None,
-            recent=RecentKeys(config.duplicate_window_s))
+            rss_guard=(RssGuard(int(scoring.max_rss_mb * 1024 * 1024), probe=self._rss_bytes)
+                       if scoring.max_rss_mb else None),
+            recent=RecentKeys(sampling.duplicate_window_s))
 
         self.writeback: Any = None  # span mode: exporters.span_writeback.SpanWriteBack
         self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
@@ -75,8 +83,8 @@ class Pipeline:
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
                                    judge_outcomes=LOCAL_OUTCOMES if self.engine.model == "local" else REQUEST_OUTCOMES)
         self.metrics_server: MetricsServer | None = None
-        if config.metrics_listen is not None:
-            host, port = config.metrics_listen
+        if config.metrics.listen is not None:
+            host, port = config.metrics.listen
             self.metrics_server = MetricsServer(self.metrics, host=host, port=port)
             self._add_ready_checks(self.metrics_server)
         self._started = False
@@ -84,9 +92,9 @@ class Pipeline:
     # -- assembly of the parts --
 
     def _receiver_names(self) -> list[str]:
-        c = self.config
-        names = [name for name, listen in (("otlp_grpc", c.otlp_grpc), ("otlp_http", c.otlp_http)) if listen is not None]
-        return names + (["kafka"] if c.kafka is not None else [])
+        r = self.config.receivers
+        names = [name for name, listen in (("otlp_grpc", r.otlp_grpc), ("otlp_http", r.otlp_http)) if listen is not None]
+        return names + (["kafka"] if self.config.kafka.enabled else [])
 
     def _rss_bytes(self) -> int:
         """The memory cap covers the scoring process too: they share the container's limit."""
@@ -98,86 +106,63 @@ class Pipeline:
         self.fanout.add(sink)
 
     def _build_write_back(self) -> None:
-        c = self.config
-        if c.forward_to is None:
+        export = self.config.export
+        if export.forward_to is None:
             return
-        if c.write_back == "span":
-            from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
+        if self.config.write_back == "span":
+            from ctxprec.collector.exporters.otlp_sender import (
+                OtlpSender,
+                SenderSettings,
+            )
             from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 
-            sender = OtlpSender(
-                SenderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
-                               key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
-                metrics=self.metrics)
-            self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=c.threshold,
-                                           hold_deadline_s=c.hold_deadline_s)
+            sender = OtlpSender(SenderSettings.of(export), metrics=self.metrics)
+            self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=export.threshold,
+                                           hold_deadline_s=export.hold_deadline_s)
             self.add_sink(self.writeback)
         else:
-            from ctxprec.collector.exporters.evaluator import EvaluatorExporter, EvaluatorSettings
+            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
 
-            self.evaluator = EvaluatorExporter(
-                EvaluatorSettings(url=c.forward_to, evaluation_logs=c.evaluation_logs, ca_file=c.forward_ca_file,
-                                  cert_file=c.forward_cert_file, key_file=c.forward_key_file,
-                                  max_queue_bytes=c.forward_max_queue_bytes),
-                self.identity, metrics=self.metrics, threshold=c.threshold, version=VERSION)
+            self.evaluator = EvaluatorExporter(export, self.identity, metrics=self.metrics, version=VERSION)
             self.add_sink(self.evaluator)
 
     def _build_ingest(self) -> Any:
         from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-        from ctxprec.collector.assembly.trace_buffer import BufferSettings
 
-        c = self.config
-        settings = IngestSettings(
-            conventions=c.conventions,
-            buffer=BufferSettings(quiet_s=c.quiet_period_s, max_wait_s=c.max_wait_s, max_traces=c.max_traces,
-                                  max_bytes=c.max_buffer_bytes))
+        settings = IngestSettings(conventions=self.config.conventions, buffer=self.config.assembly)
         return OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
                           settings=settings, passthrough=self.writeback)
 
-    def _receiver_security(self) -> Any:
-        from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
-
-        c = self.config
-        return ReceiverSecurity(bearer_token=c.receiver_auth_token, tls_cert_file=c.receiver_tls_cert,
-                                tls_key_file=c.receiver_tls_key, tls_client_ca_file=c.receiver_tls_client_ca)
-
     def _build_otlp_receivers(self) -> list[Any]:
-        c = self.config
+        config = self.config.receivers
         receivers: list[Any] = []
-        if c.otlp_grpc is None and c.otlp_http is None:
-            return receivers
-        security = self._receiver_security()
-        if c.otlp_grpc is not None:
-            from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
+        if config.otlp_grpc is not None:
+            from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 
-            host, port = c.otlp_grpc
-            receivers.append(OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=GrpcReceiverSettings(
-                host=host, port=port, max_bytes=c.max_request_bytes, security=security)))
-        if c.otlp_http is not None:
-            from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+            receivers.append(OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config))
+        if config.otlp_http is not None:
+            from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 
-            host, port = c.otlp_http
-            receivers.append(OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=HttpReceiverSettings(
-                host=host, port=port, max_bytes=c.max_request_bytes, security=security)))
+            receivers.append(OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config))
         return receivers
 
     def _build_kafka(self) -> None:
-        settings = self.config.kafka
-        if settings is None:
+        kafka = self.config.kafka
+        if not kafka.enabled:
             return
-        settings = settings.with_queue_size(self.config.queue_size)
+        kafka = kafka.with_queue_size(self.config.scoring.queue_size)
         from ctxprec.collector.receivers.kafka import KafkaReceiver
 
         barrier = None
-        if settings.results_topic:
+        if kafka.results_topic:
             from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
 
-            self.kafka_results = KafkaResultsExporter(settings, self.metrics)
+            self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
             self.add_sink(self.kafka_results)
             barrier = self.kafka_results.flush
-        ingest = None if settings.format == "rag_event" else self.ingest
+        ingest = None if kafka.format == "rag_event" else self.ingest
         # rag_event: the receiver makes the head sampling decision itself, with the gate's sampler.
-        self.kafka_receiver = KafkaReceiver(settings, sink=self.gate, metrics=self.metrics, ingest=ingest,
+        self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics, ingest=ingest,
                                             commit_barrier=barrier, sampler=self.sampler)
 
     def _add_ready_checks(self, server: MetricsServer) -> None:
@@ -193,7 +178,7 @@ class Pipeline:
                 return bool(self.kafka_receiver.ready)
 
             server.add_check("kafka", kafka_ready)
-        server.add_check("judge", JudgeReachable(self.config.judge.model, self.config.judge.api_base))
+        server.add_check("judge", JudgeReachable(self.engine.model, self.config.judge.api_base))
 
     # -- lifecycle --
 
@@ -233,7 +218,7 @@ class Pipeline:
         self._started = True
 
     async def stop(self) -> None:
-        timeout = self.config.shutdown_timeout_s
+        timeout = self.config.scoring.shutdown_timeout_s
         deadline = time.monotonic() + timeout
 
         def left() -> float:

@@ -22,30 +22,37 @@ from ctxprec.collector.pipeline import Pipeline
 log = logging.getLogger("ctxprec.serve")
 
 
+# The config loader reads CTXPREC_* itself (it names the variable in its errors); the CLI must not
+# turn them into flag defaults as it does for the other commands.
+READS_OWN_ENVIRONMENT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config_module.add_arguments(parser)
+    parser.epilog = config_module.describe_help()
 
 
 def _describe(pipeline: Pipeline) -> str:
     c = pipeline.config
     parts = []
-    if pipeline.otlp_grpc_port is not None and c.otlp_grpc is not None:
-        parts.append(f"OTLP/gRPC {c.otlp_grpc[0]}:{pipeline.otlp_grpc_port}")
-    if pipeline.otlp_http_port is not None and c.otlp_http is not None:
-        parts.append(f"OTLP/HTTP {c.otlp_http[0]}:{pipeline.otlp_http_port}")
-    if c.kafka is not None:
+    if pipeline.otlp_grpc_port is not None and c.receivers.otlp_grpc is not None:
+        parts.append(f"OTLP/gRPC {c.receivers.otlp_grpc[0]}:{pipeline.otlp_grpc_port}")
+    if pipeline.otlp_http_port is not None and c.receivers.otlp_http is not None:
+        parts.append(f"OTLP/HTTP {c.receivers.otlp_http[0]}:{pipeline.otlp_http_port}")
+    if c.kafka.enabled:
         parts.append(f"Kafka {c.kafka.topic} ({c.kafka.format})")
     if pipeline.metrics_server is not None:
         parts.append(f"metrics {pipeline.metrics_server.host}:{pipeline.metrics_server.port}")
-    out = f"write-back {c.write_back} to {c.forward_to}" if c.forward_to else "no OTLP write-back (--forward-to unset)"
-    return (f"ctxprec serving: {', '.join(parts) or 'no inputs'}; judge {c.judge.model}; "
-            f"sample rate {c.sample_rate:g}; {out}")
+    forward_to = c.export.forward_to
+    out = f"write-back {c.write_back} to {forward_to}" if forward_to else "no OTLP write-back (--forward-to unset)"
+    return (f"ctxprec serving: {', '.join(parts) or 'no inputs'}; judge {pipeline.engine.model}; "
+            f"sample rate {c.sampling.default_rate:g}; {out}")
 
 
 async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
                 on_start: Callable[[Pipeline], None] | None = None) -> None:
     """Run until `stop` is set (or the task is cancelled), then shut down gracefully."""
-    if config.judge_defaulted:
+    if config.judge.defaulted:
         log.warning(NO_JUDGE_WARNING)
     pipeline = Pipeline(config)
     await pipeline.start()
@@ -64,7 +71,7 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop
             ready.set()
         await (stop or asyncio.Event()).wait()
     finally:
-        log.info("ctxprec shutting down (deadline %.1fs)", config.shutdown_timeout_s)
+        log.info("ctxprec shutting down (deadline %.1fs)", config.scoring.shutdown_timeout_s)
         try:
             await asyncio.shield(pipeline.stop())
         finally:

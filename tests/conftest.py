@@ -10,6 +10,19 @@ from ctxprec.collector.stub_judge import StubJudge, StubSettings
 # One real Arize Phoenix server per test session, for the modules that ask for it.
 pytest_plugins = ["tests.helpers.phoenix_fixture"]
 
+# End-to-end tests that start brokers, servers or apps in other processes, and the property tests
+# that run for many seconds: `make test` runs them after the rest; `make test-fast` leaves them out.
+SLOW = ("tests/kafka/", "tests/chaos/", "tests/realtraffic/", "tests/deploy/test_live_prometheus.py",
+        "tests/deploy/test_demo.py", "tests/deploy/test_synthetic_app.py", "tests/trust/test_fuzz_",
+        "tests/scorer/test_prices.py", "tests/collector/test_engine_process.py",
+        "tests/scorer/test_judge_client.py::test_cost_of_a_known_model_matches_litellm_cost_map")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):  # node ids are paths from the root, then ::test
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 async def stub_judge() -> AsyncIterator[StubJudge]:

@@ -21,10 +21,20 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND, TRACELOOP_OUTPUT
+from ctxprec.collector.assembly.documents import (
+    GENAI_OPERATION,
+    OI_KIND,
+    TRACELOOP_OUTPUT,
+)
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.trace_tree import TraceTree
-from ctxprec.collector.assembly.values import Text, answer_text, normalize, repr_message_text, strings_in
+from ctxprec.collector.assembly.values import (
+    Text,
+    answer_text,
+    normalize,
+    repr_message_text,
+    strings_in,
+)
 from ctxprec.collector.model import RetrievedContext
 
 LLM_SPAN = "llm_span"

@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ctxprec.collector.assembly.answers import CHAIN_OUTPUT, NO_ANSWER, Answer, find_answer
+from ctxprec.collector.assembly.answers import (
+    CHAIN_OUTPUT,
+    NO_ANSWER,
+    Answer,
+    find_answer,
+)
 from ctxprec.collector.assembly.documents import (
     ALL_CONVENTIONS,
     GENAI,
@@ -33,7 +38,9 @@ from ctxprec.collector.assembly.documents import (
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.assembly.values import query_text
+from ctxprec.collector.config_types import Count, OptionalText, setting
 from ctxprec.collector.model import Retrieval
+from pydantic import BaseModel, ConfigDict, field_validator
 
 RETRIEVAL_OPERATIONS = frozenset({"retrieval", "vector_db_retrieve"})
 # Attributes that hold documents: kept out of `Retrieval.attributes`, which sampling rules read.
@@ -46,21 +53,31 @@ __all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventio
            "GENAI", "MAPPING", "OPENINFERENCE", "OPENLLMETRY", "RETRIEVAL_OPERATIONS", "rule_attributes"]
 
 
-@dataclass(slots=True)
-class ConventionConfig:
-    order: tuple[str, ...] = (OPENINFERENCE, GENAI, OPENLLMETRY, MAPPING)
-    mapping: AttributeMapping | None = None
-    retriever_attribute: str | None = None  # None: traceloop.entity.name, else the span name
-    expected_output_attribute: str | None = None
-    max_contexts: int = 100
-    max_attribute_chars: int = 20_000
+class ConventionConfig(BaseModel):
+    """How retrievals are read from spans (YAML section `conventions`)."""
 
-    def __post_init__(self) -> None:
-        unknown = [name for name in self.order if name not in ALL_CONVENTIONS]
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    order: tuple[str, ...] = setting((OPENINFERENCE, GENAI, OPENLLMETRY, MAPPING),
+                                     "conventions tried per span, first that finds documents wins (YAML only)")
+    mapping: AttributeMapping | None = setting(None, "your own attribute keys or JSON paths: {query, contexts, "
+                                                     "output} (YAML only)")
+    retriever_attribute: OptionalText = setting(None, "span attribute naming the retriever (metrics label); "
+                                                      "default: traceloop.entity.name, else the span name")
+    expected_output_attribute: OptionalText = setting(None, "span attribute holding a reference answer",
+                                                      flag="--expected-output-attribute")
+    max_contexts: Count = setting(100, "contexts scored per retrieval at most; the rest are counted, not scored")
+    max_attribute_chars: Count = setting(20_000, "characters kept of each span attribute value of sampled traces")
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _known(cls, raw: Any) -> Any:
+        if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
+            raise ValueError(f"must be a list of {', '.join(ALL_CONVENTIONS)}")
+        unknown = [name for name in raw if name not in ALL_CONVENTIONS]
         if unknown:
-            raise ValueError(f"conventions.order: unknown convention(s) {unknown}; known: {list(ALL_CONVENTIONS)}")
-        if self.max_contexts < 1:
-            raise ValueError(f"conventions.max_contexts: must be at least 1, got {self.max_contexts}")
+            raise ValueError(f"unknown convention {unknown[0]!r}; known: {', '.join(ALL_CONVENTIONS)}")
+        return tuple(raw)
 
 
 @dataclass(slots=True)

@@ -20,8 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
-from ctxprec.collector.assembly.values import as_text, loads, query_text, repr_message_text
+from ctxprec.collector.assembly.values import (
+    as_text,
+    loads,
+    query_text,
+    repr_message_text,
+)
 from ctxprec.collector.model import RetrievedContext
+from pydantic import BaseModel, ConfigDict, Field
 
 OPENINFERENCE = "openinference"
 GENAI = "genai"
@@ -48,15 +54,17 @@ _TEXT_FIELDS = ("content", "text", "page_content", "document", "pageContent")
 _DOCUMENTS_PREFIX = re.compile(r'^\s*(\[|\{\s*"(documents|outputs|output|result|results|nodes|source_nodes)"\s*:\s*\[)')
 
 
-@dataclass(frozen=True, slots=True)
-class AttributeMapping:
+class AttributeMapping(BaseModel):
     """The user mapping. Each field is an attribute key, optionally followed by a JSON path into
     that attribute's (JSON) value: `"app.request$.question"`, `"app.docs$[*].text"`.
     `contexts` may instead be a per-item pattern with `{i}`: `"app.docs.{i}.text"`."""
 
-    query: str
-    contexts: str
-    output: str | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query: str = Field(description="attribute key (or key$json.path) of the query", min_length=1)
+    contexts: str = Field(description="attribute key (or key$json.path, or a key pattern with {i}) of the "
+                                      "contexts", min_length=1)
+    output: str | None = Field(None, description="attribute key (or key$json.path) of the answer")
 
     def query_key(self) -> str:
         return self.query.split("$", 1)[0]

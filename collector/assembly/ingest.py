@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
+from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
@@ -35,12 +34,20 @@ from ctxprec.collector.assembly.conventions import (
 )
 from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import SpanRecord, attributes_dict, service_name, span_record
-from ctxprec.collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
+from ctxprec.collector.assembly.spans import (
+    SpanRecord,
+    attributes_dict,
+    service_name,
+    span_record,
+)
+from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.assembly.wire import resource_ranges
 from ctxprec.collector.components import RetrievalSink, SpanPassThrough
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Countdown, HeldSpan
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,7 @@ _RESOURCE_VALUE_CHARS = 1024  # resource attributes are names and versions, not 
 @dataclass(slots=True)
 class IngestSettings:
     conventions: ConventionConfig = field(default_factory=ConventionConfig)
-    buffer: BufferSettings = field(default_factory=BufferSettings)
+    buffer: AssemblyConfig = field(default_factory=AssemblyConfig)
     flush_interval_s: float = 0.1
 
     def __post_init__(self) -> None:

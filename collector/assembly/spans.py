@@ -11,7 +11,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import (
+    AnyValue,
+    ArrayValue,
+    KeyValue,
+    KeyValueList,
+)
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 MAX_DEPTH = 6

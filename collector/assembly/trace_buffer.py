@@ -1,8 +1,8 @@
 """Assembly of sampled traces whose spans arrive in many batches (SPEC.md section 4).
 
 A trace is ready when its root span has arrived (OTLP carries ended spans only) and no span
-came for `quiet_s`, or `max_wait_s` after its first span. The buffer holds at most
-`max_traces` traces and about `max_bytes` bytes: past either, the oldest trace is handed out
+came for `quiet_period_s`, or `max_wait_s` after its first span. The buffer holds at most
+`max_traces` traces and about `max_buffer_mb` of spans: past either, the oldest trace is handed out
 early (partial) and counted in `ctxprec_trace_evictions_total{reason}`. Ready and evicted traces
 go into a small LRU of decided trace ids, so a span that arrives after its trace was handed out
 is recognised as late instead of starting a new, partial trace.
@@ -14,9 +14,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.metrics.registry import Metrics
 
+RECENT_DECISIONS = 100_000  # trace ids remembered as decided, so late spans are recognised
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"
 
@@ -34,27 +36,11 @@ class BufferedTrace:
     evicted: str | None = None  # eviction reason when handed out early
 
 
-@dataclass(frozen=True, slots=True)
-class BufferSettings:
-    quiet_s: float = 2.0
-    max_wait_s: float = 30.0
-    max_traces: int = 10_000
-    max_bytes: int = 256 * 1024 * 1024
-    recent_decisions: int = 100_000
-
-    def __post_init__(self) -> None:
-        for name in ("quiet_s", "max_wait_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"trace buffer {name}: must not be negative")
-        for name in ("max_traces", "max_bytes", "recent_decisions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"trace buffer {name}: must be at least 1")
-
-
 class TraceBuffer:
-    def __init__(self, settings: BufferSettings | None = None, *, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.settings = settings or BufferSettings()
+    def __init__(self, config: AssemblyConfig | None = None, *, metrics: Metrics | None = None,
+                 recent_decisions: int = RECENT_DECISIONS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config or AssemblyConfig()
+        self.recent_decisions = recent_decisions
         self._metrics = metrics
         self._clock = clock
         self._traces: OrderedDict[bytes, BufferedTrace] = OrderedDict()  # insertion = first-seen order
@@ -101,12 +87,12 @@ class TraceBuffer:
         return trace
 
     def _enforce_bounds(self) -> None:
-        s = self.settings
+        s = self.config
         while len(self._traces) > s.max_traces:
             self._evict(EVICT_MAX_TRACES)
         # The trace just added goes last among equals: evict older traces first, then itself
         # if it alone is over the byte budget.
-        while self._bytes > s.max_bytes and self._traces:
+        while self._bytes > s.max_buffer_bytes and self._traces:
             self._evict(EVICT_MAX_BYTES)
 
     def _evict(self, reason: str) -> None:
@@ -123,11 +109,11 @@ class TraceBuffer:
         """Traces that are complete (root seen and quiet) or waited long enough, plus any that
         were evicted since the last call."""
         now = self._clock()
-        s = self.settings
+        s = self.config
         out, self._overflow = self._overflow, []
         ready = [
             trace_id for trace_id, trace in self._traces.items()
-            if (trace.root_seen and now - trace.last_seen >= s.quiet_s) or now - trace.first_seen >= s.max_wait_s
+            if (trace.root_seen and now - trace.last_seen >= s.quiet_period_s) or now - trace.first_seen >= s.max_wait_s
         ]
         for trace_id in ready:
             trace = self._traces.pop(trace_id)
@@ -151,7 +137,7 @@ class TraceBuffer:
         self._bytes -= trace.size
         self._recent[trace.trace_id] = None
         self._recent.move_to_end(trace.trace_id)
-        while len(self._recent) > self.settings.recent_decisions:
+        while len(self._recent) > self.recent_decisions:
             self._recent.popitem(last=False)
 
     def _update_gauges(self) -> None:

@@ -21,22 +21,30 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any
-
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from ctxprec.collector.assembly.spans import set_any_value
 from ctxprec.collector.exporters.attributes import outcome_attributes
-from ctxprec.collector.exporters.otlp_sender import LOGS, TRACES, OtlpSender, SenderSettings
+from ctxprec.collector.exporters.config import ExportConfig
+from ctxprec.collector.exporters.otlp_sender import (
+    LOGS,
+    TRACES,
+    OtlpSender,
+    SenderSettings,
+)
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.version import VERSION
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 log = logging.getLogger(__name__)
 
@@ -45,47 +53,29 @@ LOGS_EXPORTER = "evaluator_logs"
 EVENT_NAME = "gen_ai.evaluation.result"
 SPAN_NAME = "context_precision evaluation"
 SCOPE_NAME = "ctxprec.evaluator"
-EVALUATION_LOGS_MODES = ("auto", "on", "off")
 # The log record carries the GenAI evaluation fields; the span carries everything.
 _EVENT_KEYS = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value", "gen_ai.evaluation.score.label",
                "gen_ai.evaluation.explanation", "error.type")
 
 
-@dataclass(slots=True)
-class EvaluatorSettings:
-    url: str
-    evaluation_logs: str = "auto"  # auto | on | off
-    headers: dict[str, str] = field(default_factory=dict)
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    max_queue_bytes: int = 16 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if self.evaluation_logs not in EVALUATION_LOGS_MODES:
-            raise ValueError(f"evaluation_logs: must be one of {', '.join(EVALUATION_LOGS_MODES)}, "
-                             f"got {self.evaluation_logs!r}")
-
-    def sender(self, signal: str) -> SenderSettings:
-        return SenderSettings(url=self.url, signal=signal, headers=dict(self.headers), ca_file=self.ca_file,
-                              cert_file=self.cert_file, key_file=self.key_file, max_queue_bytes=self.max_queue_bytes)
-
-
 class EvaluatorExporter:
     """A `ResultSink`."""
 
-    def __init__(self, settings: EvaluatorSettings, identity: ScorerIdentity, *, metrics: Metrics,
-                 threshold: float = 0.5, version: str = VERSION) -> None:
-        self.settings = settings
+    def __init__(self, export: ExportConfig, identity: ScorerIdentity, *, metrics: Metrics,
+                 version: str = VERSION) -> None:
+        """Writes to `export.forward_to`; `export.evaluation_logs` says whether log records go too."""
+        if export.forward_to is None:
+            raise ValueError("export.forward_to: the evaluator exporter needs an OTLP endpoint")
+        self.url = export.forward_to
         self.identity = identity
-        self.threshold = threshold
+        self.threshold = export.threshold
         self.metrics = metrics
         self._version = version
-        self._spans = OtlpSender(settings.sender(TRACES), metrics=metrics, exporter=EXPORTER)
+        self._spans = OtlpSender(SenderSettings.of(export, TRACES), metrics=metrics, exporter=EXPORTER)
         self._logs: OtlpSender | None = None
-        if settings.evaluation_logs != "off":
-            on_unsupported = self._logs_unsupported if settings.evaluation_logs == "auto" else None
-            self._logs = OtlpSender(settings.sender(LOGS), metrics=metrics, exporter=LOGS_EXPORTER,
+        if export.evaluation_logs != "off":
+            on_unsupported = self._logs_unsupported if export.evaluation_logs == "auto" else None
+            self._logs = OtlpSender(SenderSettings.of(export, LOGS), metrics=metrics, exporter=LOGS_EXPORTER,
                                     on_unsupported=on_unsupported)
         self.emitted = 0
 
@@ -96,7 +86,7 @@ class EvaluatorExporter:
     def _logs_unsupported(self, reason: str) -> None:
         log.warning("evaluator: %s does not take OTLP logs (%s); evaluation log records are turned off, "
                     "evaluator spans go on (set --evaluation-logs off to skip this probe, on to insist)",
-                    self.settings.url, reason)
+                    self.url, reason)
 
     async def start(self) -> None:
         await self._spans.start()

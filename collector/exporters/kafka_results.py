@@ -19,11 +19,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-
+from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.offsets import SequenceTracker
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Outcome
-from ctxprec.collector.receivers.kafka_config import KafkaSettings
-from ctxprec.collector.receivers.kafka_offsets import SequenceTracker
+from ctxprec.scorer.retry import Backoff
+from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ EXPORTER = "kafka_results"
 # A record waits for delivery this many at a time; aiokafka batches them per partition.
 MAX_IN_FLIGHT = 1000
 MAX_REFUSALS = 3
+CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
+SEND_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
 
 
 class KafkaResultsExporter:
-    def __init__(self, settings: KafkaSettings, metrics: Metrics, *, queue_size: int = 10_000,
+    def __init__(self, settings: KafkaConfig, metrics: Metrics, *, queue_size: int = 10_000,
                  producer: AIOKafkaProducer | None = None) -> None:
         if not settings.results_topic:
             raise ValueError("kafka_results_topic: required for the Kafka results exporter")
@@ -58,21 +61,23 @@ class KafkaResultsExporter:
         self._sender = asyncio.create_task(self._run(), name="kafka-results")
 
     async def _connect(self) -> None:
-        backoff = 0.5
-        while self._producer is None:
-            s = self.settings
-            producer = AIOKafkaProducer(
-                bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-results", acks="all",
-                linger_ms=5, **s.security.client_options())
-            try:
-                await producer.start()
-            except KafkaError as exc:
-                await producer.stop()
-                log.warning("kafka results: cannot reach %s (%s); retrying in %.1fs", s.bootstrap, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(10.0, backoff * 2)
-                continue
-            self._producer = producer
+        s = self.settings
+
+        def warn(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            log.warning("kafka results: cannot reach %s (%s); retrying", s.bootstrap, error)
+
+        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
+            with attempt:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-results", acks="all",
+                    linger_ms=5, **s.security.client_options())
+                try:
+                    await producer.start()
+                except KafkaError:
+                    await producer.stop()
+                    raise
+                self._producer = producer
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued (within `timeout_s`), then close the producer."""
@@ -166,7 +171,7 @@ class KafkaResultsExporter:
         """A record whose first send failed: retried one at a time with backoff until delivered or
         refused for good."""
         seq, key, value, headers = item
-        backoff = 0.2
+        attempt = 0
         refusals = 0
         try:
             while True:
@@ -180,9 +185,10 @@ class KafkaResultsExporter:
                         self.metrics.export_dropped.labels(exporter=EXPORTER, reason=type(error).__name__).inc()
                         log.error("kafka results: record dropped after %d refusals: %s", refusals, error)
                         break
-                log.warning("kafka results send failed (%s); retrying in %.1fs", error, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
+                delay = SEND_BACKOFF.delay(attempt)
+                attempt += 1
+                log.warning("kafka results send failed (%s); retrying in %.1fs", error, delay)
+                await asyncio.sleep(delay)
                 assert self._producer is not None
                 try:
                     await self._producer.send_and_wait(self.topic, value, key=key or None, headers=headers)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import ssl
 import time
 from collections import deque
@@ -29,10 +28,15 @@ import aiohttp
 import aiohttp.abc
 import aiohttp.payload
 import grpc
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
+from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.scorer.retry import Backoff, parse_retry_after
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +52,30 @@ _RETRY_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_E
                          grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 
 
+_EXPORT = ExportConfig()
+
+
 @dataclass(slots=True)
 class SenderSettings:
     url: str
     signal: str = TRACES  # "traces" | "logs"
     headers: dict[str, str] = field(default_factory=dict)
-    max_queue_bytes: int = 64 * 1024 * 1024
+    max_queue_bytes: int = _EXPORT.max_queue_bytes
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
     senders: int = 2
     max_retries: int = 5
-    backoff_initial_s: float = 0.1
-    backoff_max_s: float = 5.0
+    backoff: Backoff = Backoff(base_s=0.1, cap_s=5.0)
     timeout_s: float = 10.0
     ca_file: str | None = None  # https:// and grpcs://: trust this CA instead of the system store
     cert_file: str | None = None  # client certificate for mTLS
     key_file: str | None = None
+
+    @classmethod
+    def of(cls, export: ExportConfig, signal: str = TRACES) -> "SenderSettings":
+        """`--forward-to` and its TLS files and queue bound, for `signal`."""
+        assert export.forward_to is not None
+        return cls(url=export.forward_to, signal=signal, max_queue_bytes=export.max_queue_bytes,
+                   ca_file=export.ca_file, cert_file=export.cert_file, key_file=export.key_file)
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -93,9 +106,9 @@ def signal_url(url: str, signal: str) -> str:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after_s = retry_after_s  # the receiver's Retry-After, which the backoff honours
 
 
 class _Rejected(Exception):
@@ -150,7 +163,7 @@ class _HttpTransport:
                 if response.status < 300:
                     return
                 if response.status in _RETRY_HTTP:
-                    raise _Retryable(f"HTTP {response.status}", _retry_after(response.headers.get("Retry-After")))
+                    raise _Retryable(f"HTTP {response.status}", parse_retry_after(response.headers.get("Retry-After")))
                 raise _Rejected(f"HTTP {response.status}", unsupported=response.status in _UNSUPPORTED_HTTP)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
@@ -192,13 +205,6 @@ class _GrpcTransport:
 
     async def close(self) -> None:
         await self._channel.close()
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
 
 
 @dataclass(slots=True)
@@ -310,33 +316,27 @@ class OtlpSender:
     async def _send_with_retries(self, body: list[bytes], spans: int) -> None:
         assert self._transport is not None
         s = self.settings
-        for attempt in range(s.max_retries + 1):
-            try:
-                await self._transport.send(body)
-            except _Rejected as exc:
-                if exc.unsupported and self._on_unsupported is not None:
-                    self._drop("unsupported", spans)
-                    if self.unsupported is None:
-                        self.unsupported = str(exc)
-                        self._on_unsupported(str(exc))
-                    return
-                log.warning("%s: %s rejected %d items: %s", self.exporter, s.url, spans, exc)
-                self._failed.inc(spans)
-                self._drop("rejected", spans)
+        transport = self._transport
+        try:
+            async for attempt in s.backoff.retrying(retry_on=_Retryable, attempts=s.max_retries + 1):
+                with attempt:
+                    await transport.send(body)
+        except _Rejected as exc:
+            if exc.unsupported and self._on_unsupported is not None:
+                self._drop("unsupported", spans)
+                if self.unsupported is None:
+                    self.unsupported = str(exc)
+                    self._on_unsupported(str(exc))
                 return
-            except _Retryable as exc:
-                if attempt >= s.max_retries:
-                    log.warning("%s: giving up on %d items after %d attempts: %s",
-                                self.exporter, spans, attempt + 1, exc)
-                    self._failed.inc(spans)
-                    self._drop("retries_exhausted", spans)
-                    return
-                backoff = min(s.backoff_max_s, s.backoff_initial_s * 2 ** attempt)
-                delay = exc.retry_after if exc.retry_after is not None else backoff * random.uniform(0.5, 1.0)
-                await asyncio.sleep(min(delay, s.backoff_max_s))
-            else:
-                self._ok.inc(spans)
-                return
+            log.warning("%s: %s rejected %d items: %s", self.exporter, s.url, spans, exc)
+            self._failed.inc(spans)
+            self._drop("rejected", spans)
+        except _Retryable as exc:
+            log.warning("%s: giving up on %d items after %d attempts: %s", self.exporter, spans, s.max_retries + 1, exc)
+            self._failed.inc(spans)
+            self._drop("retries_exhausted", spans)
+        else:
+            self._ok.inc(spans)
 
     def _drop(self, reason: str, spans: int) -> None:
         self._metrics.export_dropped.labels(exporter=self.exporter, reason=reason).inc(spans)

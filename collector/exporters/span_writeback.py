@@ -18,11 +18,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from ctxprec.collector.assembly.spans import set_attributes
 from ctxprec.collector.assembly.wire import remove_spans
 from ctxprec.collector.exporters.attributes import outcome_attributes
@@ -30,6 +25,12 @@ from ctxprec.collector.exporters.otlp_sender import OtlpSender
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import HeldSpan, Outcome
 from ctxprec.collector.scoring.identity import ScorerIdentity
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 log = logging.getLogger(__name__)
 

@@ -20,23 +20,37 @@ floored at `min_sigma`: k and h scale with it and the false-alarm rate stays low
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Annotated
 
+from ctxprec.collector.config_types import Count, Positive, Rate, setting
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics, rank_label
 from ctxprec.collector.model import Decision, Outcome
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
-@dataclass(frozen=True, slots=True)
-class DriftSettings:
-    warmup: int = 100
-    baseline_alpha: float = 0.005
-    recent_alpha: float = 0.1
-    batch: int = 8  # scores averaged per CUSUM step
-    slack: float = 0.75  # k, in spreads
-    threshold: float = 8.0  # h, in spreads
-    clear_ratio: float = 0.25
-    min_sigma: float = 0.05
+def _above_zero(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+    return value
+
+
+FractionAboveZero = Annotated[Rate, AfterValidator(_above_zero)]
+
+
+class DriftSettings(BaseModel):
+    """The drift detector (YAML section `drift`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    warmup: Count = setting(100, "scores per service that only estimate the baseline before any alarm")
+    baseline_alpha: FractionAboveZero = setting(0.005, "weight of each new score in the slowly moving baseline")
+    recent_alpha: FractionAboveZero = setting(0.1, "weight of each new score in the recent mean")
+    batch: Count = setting(8, "scores averaged per detector step")
+    slack: Positive = setting(0.75, "allowance k, in spreads of a block mean")
+    threshold: Positive = setting(8.0, "alarm level h, in spreads of a block mean")
+    clear_ratio: FractionAboveZero = setting(0.25, "the alarm clears when both sums fall below threshold x this")
+    min_sigma: Positive = setting(0.05, "floor of the estimated spread of scores")
 
 
 class DriftDetector:

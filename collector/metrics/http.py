@@ -12,10 +12,9 @@ from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from ctxprec.collector.metrics.registry import Metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
-
-from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class JudgeReachable:
 
 
 class MetricsServer:
-    def __init__(self, metrics: Metrics, *, host: str = "0.0.0.0", port: int = 9464) -> None:
+    def __init__(self, metrics: Metrics, *, host: str, port: int) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port

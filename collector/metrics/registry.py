@@ -8,9 +8,9 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
+from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.version import VERSION
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -53,8 +53,12 @@ def rank_label(rank: int) -> str:
     return str(rank) if rank <= 20 else "21+"
 
 
+_CAPS = MetricsConfig()
+
+
 class Metrics:
-    def __init__(self, *, max_services: int = 50, max_retrievers: int = 50, version: str = VERSION) -> None:
+    def __init__(self, *, max_services: int = _CAPS.max_services, max_retrievers: int = _CAPS.max_retrievers,
+                 version: str = VERSION) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.service = LabelCap(max_services)
         self.retriever = LabelCap(max_retrievers)

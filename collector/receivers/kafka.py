@@ -4,7 +4,7 @@ have not all reached a decision (at-least-once; score records carry an idempoten
 replay after a crash is harmless downstream).
 
 Per message handed to the pipeline: a `PendingAck` whose completion marks the offset done in the
-partition's ledger (`kafka_offsets.PartitionOffsets`). OTLP formats go through
+partition's ledger (`collector/kafka/offsets.py`). OTLP formats go through
 `OtlpIngest.ingest(..., ack=...)`, which holds the ack for every retrieval or buffered trace it
 takes on; `rag_event` messages become one `Retrieval` that carries the ack to its decision. The ack
 is sealed once the message is handed over, so a message with nothing to score is done at once.
@@ -51,21 +51,30 @@ from typing import Any, Awaitable, Callable, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-
+from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
-from ctxprec.collector.receivers.kafka_config import KafkaSettings
 from ctxprec.collector.receivers.kafka_dlq import DeadLetterWriter
 from ctxprec.collector.receivers.kafka_event_peek import EventPeek
 from ctxprec.collector.receivers.kafka_messages import (
-    MessageError, check_size, decode_otlp, load_json, parse_event, retrieval_from_event)
-from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets
+    MessageError,
+    check_size,
+    decode_otlp,
+    load_json,
+    parse_event,
+    retrieval_from_event,
+)
 from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.scorer.retry import Backoff
+from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
 RECEIVER = "kafka"
 FETCH_TIMEOUT_MS = 100
+CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)  # a broker not up yet: keep trying, quietly
+READ_BACKOFF = Backoff(base_s=0.1, cap_s=5.0)
 # Take everything the fetcher holds at once: aiokafka sends a node its next fetch only when no
 # partition of that node has records left, so draining the buffer lets the broker round trip
 # overlap our work. The work itself goes in slices with a yield between them, so that scores
@@ -94,7 +103,7 @@ class _Partition:
 
 
 class KafkaReceiver:
-    def __init__(self, settings: KafkaSettings, *, sink: RetrievalSink, metrics: Metrics,
+    def __init__(self, settings: KafkaConfig, *, sink: RetrievalSink, metrics: Metrics,
                  ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None,
                  sampler: Sampler | None = None) -> None:
         if settings.format != "rag_event" and ingest is None:
@@ -146,16 +155,14 @@ class KafkaReceiver:
         self._task = asyncio.create_task(self._main(), name="kafka-receiver")
 
     async def _main(self) -> None:
-        backoff = 0.5
-        while not self._stopping:
-            try:
-                await self._connect()
-                break
-            except KafkaError as exc:
-                log.warning("kafka receiver: cannot reach %s (%s); retrying in %.1fs",
-                            self.settings.bootstrap, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(10.0, backoff * 2)
+        def warn(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            log.warning("kafka receiver: cannot reach %s (%s); retrying", self.settings.bootstrap, error)
+
+        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
+            with attempt:
+                if not self._stopping:
+                    await self._connect()
         if not self._stopping:
             self._committer = asyncio.create_task(self._commit_loop(), name="kafka-commits")
             await self._run()
@@ -247,7 +254,7 @@ class KafkaReceiver:
     async def _run(self) -> None:
         assert self._consumer is not None
         consumer = self._consumer
-        backoff = 0.1
+        failures = 0  # in a row: the backoff grows with them and starts over after a good round
         while not self._stopping:
             try:
                 batch = await consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_RECORDS_PER_FETCH)
@@ -266,18 +273,20 @@ class KafkaReceiver:
                 if time.monotonic() - self._last_lag >= LAG_INTERVAL_S:
                     self._last_lag = time.monotonic()
                     await self._update_lag()
-                backoff = 0.1
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except KafkaError as exc:
                 # Broker gone or the group in flux: aiokafka reconnects; keep trying.
-                log.warning("kafka receiver: %s; retrying in %.1fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
+                delay = READ_BACKOFF.delay(failures)
+                failures += 1
+                log.warning("kafka receiver: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
             except Exception:
-                log.exception("kafka receiver loop failed; retrying in %.1fs", backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
+                delay = READ_BACKOFF.delay(failures)
+                failures += 1
+                log.exception("kafka receiver loop failed; retrying in %.1fs", delay)
+                await asyncio.sleep(delay)
 
     async def _hand_over_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         handed = 0

@@ -8,16 +8,17 @@ passed on to span-mode forwarding untouched.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
 from ctxprec.collector.receivers.otlp_http import IngestTarget
 from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +30,23 @@ _PROTOBUF = "application/x-protobuf"
 _SLACK = 1024 * 1024
 
 
-@dataclass(slots=True)
-class GrpcReceiverSettings:
-    host: str = "0.0.0.0"
-    port: int = 4317
-    max_bytes: int = 16 * 1024 * 1024
-    security: ReceiverSecurity = field(default_factory=ReceiverSecurity)
-
-
 class OtlpGrpcReceiver:
-    def __init__(self, target: IngestTarget, *, metrics: Metrics, settings: GrpcReceiverSettings | None = None) -> None:
-        self.settings = settings or GrpcReceiverSettings()
+    def __init__(self, target: IngestTarget, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
+        """Listens on `config.otlp_grpc`, with the receivers' auth, TLS and size limit."""
+        config = config or ReceiversConfig()
+        if config.otlp_grpc is None:
+            raise ValueError("receivers.otlp_grpc: the OTLP/gRPC receiver needs a listen address")
+        self.host, self.requested_port = config.otlp_grpc
+        self.max_bytes = config.max_request_bytes
+        self.security = ReceiverSecurity.of(config)
         self._target = target
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
-        s = self.settings
         server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", s.max_bytes + _SLACK),
+            ("grpc.max_receive_message_length", self.max_bytes + _SLACK),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
         ])
         handler = grpc.method_handlers_generic_handler(SERVICE, {
@@ -57,8 +55,8 @@ class OtlpGrpcReceiver:
                 response_serializer=ExportTraceServiceResponse.SerializeToString),
         })
         server.add_generic_rpc_handlers((handler,))
-        address = f"{s.host}:{s.port}"
-        credentials = s.security.grpc_server_credentials()
+        address = f"{self.host}:{self.requested_port}"
+        credentials = self.security.grpc_server_credentials()
         if credentials is not None:
             self.port = server.add_secure_port(address, credentials)  # type: ignore[arg-type]
         else:
@@ -78,7 +76,7 @@ class OtlpGrpcReceiver:
         return self._server is not None
 
     async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
-        security = self.settings.security
+        security = self.security
         if security.bearer_token is not None:
             header = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
             if not security.authorized(header if isinstance(header, str) else None):
@@ -86,7 +84,7 @@ class OtlpGrpcReceiver:
                                   "unauthenticated")
         try:
             request, raw = decode_with_raw(body, content_type=_PROTOBUF, content_encoding=None,
-                                           max_bytes=self.settings.max_bytes)
+                                           max_bytes=self.max_bytes)
         except DecodeError as exc:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.http_status == 413 else grpc.StatusCode.INVALID_ARGUMENT
             await self._abort(context, code, exc.message, exc.reason)

@@ -1,4 +1,4 @@
-"""OTLP/HTTP receiver: POST /v1/traces, protobuf or JSON (SPEC.md section 8, port 4318).
+"""OTLP/HTTP receiver: POST /v1/traces, protobuf or JSON (port 4318 by default).
 
 Responses follow OTLP/HTTP: an `ExportTraceServiceResponse` in the request's encoding on
 success, a `google.rpc.Status` with a message on error (400 bad body, 401 missing token, 413 too
@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.otlp_decode import (
+    DecodeError,
+    decode_with_raw,
+    is_json,
+    media_type,
+)
+from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-
-from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw, is_json, media_type
-from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +41,15 @@ class IngestTarget(Protocol):
                      ack: Any = None) -> None: ...
 
 
-@dataclass(slots=True)
-class HttpReceiverSettings:
-    host: str = "0.0.0.0"
-    port: int = 4318
-    max_bytes: int = 16 * 1024 * 1024  # per request, compressed and decompressed
-    security: ReceiverSecurity = field(default_factory=ReceiverSecurity)
-
-
 class OtlpHttpReceiver:
-    def __init__(self, target: IngestTarget, *, metrics: Metrics, settings: HttpReceiverSettings | None = None) -> None:
-        self.settings = settings or HttpReceiverSettings()
+    def __init__(self, target: IngestTarget, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
+        """Listens on `config.otlp_http`, with the receivers' auth, TLS and size limit."""
+        config = config or ReceiversConfig()
+        if config.otlp_http is None:
+            raise ValueError("receivers.otlp_http: the OTLP/HTTP receiver needs a listen address")
+        self.host, self.requested_port = config.otlp_http
+        self.max_bytes = config.max_request_bytes  # per request, compressed and decompressed
+        self.security = ReceiverSecurity.of(config)
         self._target = target
         self._metrics = metrics
         self._runner: web.AppRunner | None = None
@@ -55,16 +57,16 @@ class OtlpHttpReceiver:
         self.port: int | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=self.settings.max_bytes)
+        app = web.Application(client_max_size=self.max_bytes)
         app.router.add_post("/v1/traces", self._traces)
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, handle_signals=False)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
-                                 ssl_context=self.settings.security.server_ssl_context())
+        self._site = web.TCPSite(self._runner, self.host, self.requested_port,
+                                 ssl_context=self.security.server_ssl_context())
         await self._site.start()
         server = self._site._server  # the bound socket tells the real port when 0 was asked for
         sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
+        self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -78,17 +80,17 @@ class OtlpHttpReceiver:
     async def _traces(self, request: web.Request) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
         as_json = is_json(content_type)
-        if not self.settings.security.authorized(request.headers.get("Authorization")):
+        if not self.security.authorized(request.headers.get("Authorization")):
             return self._error(401, "missing or invalid bearer token", as_json, "unauthenticated")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._error(413, f"request body is over the limit of {self.settings.max_bytes} bytes",
+            return self._error(413, f"request body is over the limit of {self.max_bytes} bytes",
                                as_json, "too_large")
         try:
             decoded, raw = decode_with_raw(body, content_type=content_type,
                                            content_encoding=request.headers.get("Content-Encoding"),
-                                           max_bytes=self.settings.max_bytes)
+                                           max_bytes=self.max_bytes)
         except DecodeError as exc:
             unsupported = exc.http_status == 415 and media_type(content_type) not in (PROTOBUF, JSON)
             return self._error(exc.http_status, exc.message, as_json or unsupported, exc.reason)

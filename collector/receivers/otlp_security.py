@@ -5,6 +5,10 @@ import hmac
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxprec.collector.receivers.config import ReceiversConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,11 @@ class ReceiverSecurity:
                 raise ValueError(f"receiver TLS: {name} {path!r} does not exist")
         if self.bearer_token is not None and not self.bearer_token.strip():
             raise ValueError("receiver auth: bearer_token must not be empty")
+
+    @classmethod
+    def of(cls, config: "ReceiversConfig") -> "ReceiverSecurity":
+        return cls(bearer_token=config.auth_token, tls_cert_file=config.tls_cert, tls_key_file=config.tls_key,
+                   tls_client_ca_file=config.tls_client_ca)
 
     @property
     def tls(self) -> bool:

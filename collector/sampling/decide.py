@@ -19,7 +19,16 @@ from collections import OrderedDict
 from typing import Callable, Protocol
 
 from ctxprec.collector.model import Decision, Outcome, Retrieval
+from ctxprec.collector.sampling.config import SamplingConfig
 from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.scorer.judge.limits import TokenBucket
+
+THROTTLE_BURST_S = 10.0  # the score throttle lets ten seconds' worth through at once
+
+
+def score_throttle(per_minute: float, *, clock: Clock = time.monotonic) -> TokenBucket:
+    """The `max_scores_per_minute` throttle."""
+    return TokenBucket(per_minute, burst_s=THROTTLE_BURST_S, clock=clock)
 
 log = logging.getLogger(__name__)
 
@@ -37,29 +46,6 @@ class Decisions(Protocol):
     def emit(self, outcome: Outcome) -> None: ...
 
     def count(self, service: str, decision: Decision, n: int = 1) -> None: ...
-
-
-class TokenBucket:
-    """Scores per minute, with a burst of ten seconds' worth (at least one)."""
-
-    def __init__(self, per_minute: float, *, clock: Clock = time.monotonic) -> None:
-        self.rate_per_s = per_minute / 60.0
-        self.capacity = max(1.0, per_minute / 6.0)
-        self._tokens = self.capacity
-        self._clock = clock
-        self._last = clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self.capacity, self._tokens + (now - self._last) * self.rate_per_s)
-        self._last = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def refund(self) -> None:
-        self._tokens = min(self.capacity, self._tokens + 1.0)
 
 
 class DailyBudget:
@@ -141,7 +127,8 @@ class RssGuard:
 class RecentKeys:
     """(trace id, span id) pairs seen within `window_s`, at most `max_entries` of them."""
 
-    def __init__(self, window_s: float = 600.0, max_entries: int = 100_000, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, window_s: float = SamplingConfig().duplicate_window_s, max_entries: int = 100_000, *,
+                 clock: Clock = time.monotonic) -> None:
         self.window_s = window_s
         self.max_entries = max_entries
         self._clock = clock
@@ -208,15 +195,15 @@ class RetrievalGate:
             return Decision.NO_CONTEXTS
         if self.recent.seen_before((r.trace_id, r.span_id)):
             return Decision.DUPLICATE
-        if self.throttle is not None and not self.throttle.take():
+        if self.throttle is not None and not self.throttle.try_take():
             return Decision.THROTTLED
         if self.budget is not None and not self.budget.try_reserve():
             if self.throttle is not None:
-                self.throttle.refund()
+                self.throttle.give_back()
             return Decision.OVER_BUDGET
         if (self.rss_guard is not None and self.rss_guard.over()) or not self.queue.try_submit(r):
             if self.throttle is not None:
-                self.throttle.refund()
+                self.throttle.give_back()
             if self.budget is not None:
                 self.budget.cancel()
             return Decision.OVERLOADED

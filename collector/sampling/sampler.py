@@ -16,32 +16,12 @@ Two moments decide:
 """
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ctxprec.collector.sampling.config import SamplingRule
+
 _SPACE = 1 << 64
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingRule:
-    """Applies `rate` to retrievals whose service matches `service` (a glob; None = any) and whose
-    attributes equal every `attributes` entry (values compared as strings)."""
-
-    rate: float
-    service: str | None = None
-    attributes: Mapping[str, str] = field(default_factory=dict)
-
-    def matches_service(self, service: str) -> bool:
-        return self.service is None or fnmatch.fnmatchcase(service, self.service)
-
-    def matches(self, service: str, attributes: Mapping[str, Any]) -> bool:
-        if not self.matches_service(service):
-            return False
-        for key, expected in self.attributes.items():
-            if key not in attributes or str(attributes[key]) != expected:
-                return False
-        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,13 +42,14 @@ def _cgroup_quota() -> float | None:
 
 
 def use_scoring_process(config: ServeConfig, *, cpus: float | None = None) -> bool:
-    if config.scoring_process != "auto":
-        return config.scoring_process == "on"
-    return config.kafka is not None and (usable_cpus() if cpus is None else cpus) >= 2
+    if config.scoring.process != "auto":
+        return config.scoring.process == "on"
+    return config.kafka.enabled and (usable_cpus() if cpus is None else cpus) >= 2
 
 
 def make_engine(config: ServeConfig, observer: RequestObserver) -> Any:
     """The scoring engine for `ScoringWorkers`, in or out of process."""
     if use_scoring_process(config):
-        return ProcessEngine(config.judge, scale=config.scale, observer=observer, log_level=config.log_level)
-    return build_engine(config.judge, scale=config.scale, observer=observer)
+        return ProcessEngine(config.judge.judge_config(), scale=config.judge.scale, observer=observer,
+                             log_level=config.log_level)
+    return build_engine(config.judge.judge_config(), scale=config.judge.scale, observer=observer)

@@ -26,9 +26,11 @@ from ctxprec.scorer.judge.chat import (
     RequestEvent,
     RequestObserver,
 )
-from ctxprec.scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter
+from ctxprec.scorer.judge.limits import CircuitBreaker, RateLimiter
+
 # Prices come from litellm's bundled cost map, read without importing litellm.
 from ctxprec.scorer.judge.prices import model_prices
+from ctxprec.scorer.retry import Backoff
 
 log = logging.getLogger(__name__)
 

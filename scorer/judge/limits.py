@@ -1,16 +1,12 @@
 """Limits that keep the judge within a provider's quotas and stop us hammering a judge that is down:
-a requests/tokens-per-minute rate limiter, a circuit breaker, and backoff that honours Retry-After.
+a requests/tokens-per-minute rate limiter over token buckets, and a circuit breaker. (Backoff
+between attempts is scorer/retry.py's.)
 
-All three take an injectable clock so that their arithmetic is testable without sleeping."""
+Both take an injectable clock so that their arithmetic is testable without sleeping."""
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 import time
-from dataclasses import dataclass
-from datetime import timezone
-from email.utils import parsedate_to_datetime
 from typing import Callable
 
 from ctxprec.scorer.judge.chat import JudgeUnavailable
@@ -18,32 +14,51 @@ from ctxprec.scorer.judge.chat import JudgeUnavailable
 Clock = Callable[[], float]
 
 
-class _Bucket:
-    """A token bucket that may go into debt: a request larger than the burst is let through when
-    the bucket is full, and the debt delays the next ones. Without debt such a request (a prompt
-    bigger than a second's worth of tokens/min) would wait forever."""
+class TokenBucket:
+    """A rate per minute with a burst of `burst_s` seconds' worth (at least one). The one token
+    bucket of ctxprec: the judge's requests and tokens per minute, the sidecar's scores per
+    minute.
 
-    __slots__ = ("rate", "capacity", "level", "stamp")
+    It may go into debt (`take`): a request larger than the burst is let through when the bucket
+    is full, and the debt delays the next ones. Without debt such a request (a prompt bigger than
+    a second's worth of tokens/min) would wait forever."""
 
-    def __init__(self, per_minute: float, now: float) -> None:
+    __slots__ = ("rate", "capacity", "level", "stamp", "_clock")
+
+    def __init__(self, per_minute: float, *, burst_s: float = 1.0, clock: Clock = time.monotonic) -> None:
         self.rate = per_minute / 60.0
-        # One second's worth of burst: enough to absorb scheduling noise, small enough that a
-        # burst of concurrent calls is spread out rather than fired at once.
-        self.capacity = max(1.0, self.rate)
+        self.capacity = max(1.0, self.rate * burst_s)
         self.level = self.capacity
-        self.stamp = now
+        self._clock = clock
+        self.stamp = clock()
 
-    def refill(self, now: float) -> None:
+    def refill(self) -> None:
+        now = self._clock()
         if now > self.stamp:
             self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
             self.stamp = now
 
-    def wait_for(self, amount: float) -> float:
+    def wait_for(self, amount: float = 1.0) -> float:
         """Seconds until `amount` may be taken (0 when it may be taken now)."""
+        self.refill()
         need = min(amount, self.capacity)
         if self.level >= need:
             return 0.0
         return (need - self.level) / self.rate
+
+    def take(self, amount: float = 1.0) -> None:
+        """Takes `amount`, into debt if need be (callers wait with `wait_for` first)."""
+        self.level -= amount
+
+    def try_take(self, amount: float = 1.0) -> bool:
+        """Takes `amount` if it is there now."""
+        if self.wait_for(amount) > 0.0 or self.level < amount:
+            return False
+        self.level -= amount
+        return True
+
+    def give_back(self, amount: float = 1.0) -> None:
+        self.level = min(self.capacity, self.level + amount)
 
 
 class RateLimiter:
@@ -58,10 +73,10 @@ class RateLimiter:
         *,
         clock: Clock = time.monotonic,
     ) -> None:
-        now = clock()
-        self._clock = clock
-        self._requests = _Bucket(requests_per_minute, now) if requests_per_minute else None
-        self._tokens = _Bucket(tokens_per_minute, now) if tokens_per_minute else None
+        # One second's worth of burst: enough to absorb scheduling noise, small enough that a
+        # burst of concurrent calls is spread out rather than fired at once.
+        self._requests = TokenBucket(requests_per_minute, clock=clock) if requests_per_minute else None
+        self._tokens = TokenBucket(tokens_per_minute, clock=clock) if tokens_per_minute else None
         self._lock = asyncio.Lock()
 
     @property
@@ -69,13 +84,10 @@ class RateLimiter:
         return self._requests is not None or self._tokens is not None
 
     def _delay(self, tokens: float) -> float:
-        now = self._clock()
         delay = 0.0
         if self._requests is not None:
-            self._requests.refill(now)
             delay = max(delay, self._requests.wait_for(1.0))
         if self._tokens is not None:
-            self._tokens.refill(now)
             delay = max(delay, self._tokens.wait_for(tokens))
         return delay
 
@@ -87,14 +99,14 @@ class RateLimiter:
                     break
                 await asyncio.sleep(delay)
             if self._requests is not None:
-                self._requests.level -= 1.0
+                self._requests.take(1.0)
             if self._tokens is not None:
-                self._tokens.level -= estimated_tokens
+                self._tokens.take(estimated_tokens)
 
     def settle(self, estimated_tokens: float, actual_tokens: float) -> None:
         """Replace the estimate taken by `acquire` with what the call really used."""
         if self._tokens is not None:
-            self._tokens.refill(self._clock())
+            self._tokens.refill()
             self._tokens.level = min(self._tokens.capacity, self._tokens.level + estimated_tokens - actual_tokens)
 
 
@@ -163,45 +175,3 @@ class CircuitBreaker:
         """The probe ended without a verdict on the judge (cancelled, or a client error): let the
         next caller probe instead."""
         self._probe_in_flight = False
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff with full jitter (delay uniform in 0..min(cap, base * 2**attempt)).
-    A server's Retry-After wins over the computed delay, still capped by `cap_s`."""
-
-    base_s: float = 0.5
-    cap_s: float = 30.0
-
-    def delay(self, attempt: int, retry_after_s: float | None = None, rng: Callable[[], float] = random.random) -> float:
-        if retry_after_s is not None:
-            # A little jitter on top so that the many callers told the same Retry-After do not
-            # return in one thundering herd.
-            return min(self.cap_s, retry_after_s + rng() * min(1.0, 0.1 * retry_after_s))
-        ceiling = min(self.cap_s, self.base_s * (2.0 ** min(attempt, 62)))
-        return rng() * ceiling
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds (fractions accepted) or an HTTP
-    date. None when absent or unreadable; never negative."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        if when.tzinfo is None:  # "-0000" parses naive; HTTP dates are always GMT
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)

@@ -14,8 +14,17 @@ from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
 from ctxprec.scorer.judge.cache import CachedVerdict, VerdictCache, verdict_keys
 from ctxprec.scorer.judge.chat import ChatClient, JudgeBadResponse
-from ctxprec.scorer.judge.prompt import PROMPT_VERSION, reason_messages, verdict_messages
-from ctxprec.scorer.judge.verdicts import MalformedAnswer, ParsedVerdict, parse_reason, parse_verdicts
+from ctxprec.scorer.judge.prompt import (
+    PROMPT_VERSION,
+    reason_messages,
+    verdict_messages,
+)
+from ctxprec.scorer.judge.verdicts import (
+    MalformedAnswer,
+    ParsedVerdict,
+    parse_reason,
+    parse_verdicts,
+)
 from ctxprec.scorer.result import JudgeUsage, ReferenceKind, Verdict
 
 MAX_REASKS = 2

@@ -34,7 +34,14 @@ from typing import Sequence
 
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
 from ctxprec.scorer.judge.chat import RequestEvent, RequestObserver
-from ctxprec.scorer.judge.local_text import STRONG, WEAK, Language, Terms, detect_language, terms
+from ctxprec.scorer.judge.local_text import (
+    STRONG,
+    WEAK,
+    Language,
+    Terms,
+    detect_language,
+    terms,
+)
 from ctxprec.scorer.result import JudgeUsage, ReferenceKind, Verdict
 
 log = logging.getLogger(__name__)

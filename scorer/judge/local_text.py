@@ -24,7 +24,15 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from ctxprec.scorer.judge.local_words import (
-    EN_STOPWORDS, EN_WEAK, FR_STOPWORDS, FR_WEAK, JA_WEAK, english_stem, french_stem, number_word)
+    EN_STOPWORDS,
+    EN_WEAK,
+    FR_STOPWORDS,
+    FR_WEAK,
+    JA_WEAK,
+    english_stem,
+    french_stem,
+    number_word,
+)
 
 STRONG = 2.0  # numbers and names
 NORMAL = 1.0

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from ctxprec.scorer.judge.chat import ChatMessage
 from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
-from ctxprec.scorer.judge.limits import parse_retry_after
+from ctxprec.scorer.retry import parse_retry_after
 
 _MAX_ERROR_TEXT = 300
 

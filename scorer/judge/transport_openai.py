@@ -10,10 +10,9 @@ import json
 from typing import Any, Sequence
 
 import aiohttp
-
 from ctxprec.scorer.judge.chat import ChatMessage
 from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
-from ctxprec.scorer.judge.limits import parse_retry_after
+from ctxprec.scorer.retry import parse_retry_after
 
 _JSON_MODE = {"type": "json_object"}
 _MAX_ERROR_TEXT = 300

@@ -21,8 +21,16 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from ctxprec.collector.stub_judge import StubJudge
+
 from tests.kafka.serve_proc import ServeProcess
-from tests.kafka.tansu import Broker, committed_total, create_topic, produce, rag_event, read_all
+from tests.kafka.tansu import (
+    Broker,
+    committed_total,
+    create_topic,
+    produce,
+    rag_event,
+    read_all,
+)
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 EVENTS = 40

@@ -10,15 +10,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
+from ctxprec.collector import config as config_module
+from ctxprec.collector.pipeline import Pipeline
+from ctxprec.collector.serve import serve
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
-
-from ctxprec.collector import config as config_module
-from ctxprec.collector.pipeline import Pipeline
-from ctxprec.collector.serve import serve
 
 
 @dataclass
@@ -31,11 +30,15 @@ class Emitted:
 class RagApp:
     def __init__(self, *, protocol: str, port: int, service: str = "support-bot") -> None:
         if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter,
+            )
 
             exporter: Any = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True)
         else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                OTLPSpanExporter as HttpExporter,
+            )
 
             exporter = HttpExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))

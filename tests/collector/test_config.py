@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from ctxprec.collector import config as config_module
 from ctxprec.collector import serve as serve_module
 from ctxprec.collector.config import ConfigError
+
 from tests.collector.rag_app import running, serve_config
 
 
@@ -27,35 +27,36 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_defaults_follow_the_spec() -> None:
     c = config_module.load(parse(), environ={})
-    assert c.otlp_grpc == ("0.0.0.0", 4317) and c.otlp_http == ("0.0.0.0", 4318)
-    assert c.metrics_listen == ("0.0.0.0", 9464)
-    assert c.judge.model == "local" and c.judge_defaulted
-    assert c.write_back == "span" and c.forward_to is None and c.kafka is None
-    assert c.max_rss_mb == 512 and c.threshold == 0.5 and c.quiet_period_s == 2.0 and c.max_wait_s == 30.0
-    assert c.forward_max_queue_bytes == 64 * 1024 * 1024
+    assert c.receivers.otlp_grpc == ("0.0.0.0", 4317) and c.receivers.otlp_http == ("0.0.0.0", 4318)
+    assert c.metrics.listen == ("0.0.0.0", 9464)
+    assert c.judge.judge_config().model == "local" and c.judge.defaulted
+    assert c.write_back == "span" and c.export.forward_to is None and not c.kafka.enabled
+    assert c.scoring.max_rss_mb == 512 and c.export.threshold == 0.5
+    assert c.assembly.quiet_period_s == 2.0 and c.assembly.max_wait_s == 30.0
+    assert c.export.max_queue_bytes == 64 * 1024 * 1024
 
 
 def test_forward_queue_bound_from_file_env_and_flag(tmp_path: Path) -> None:
     path = write(tmp_path, "export:\n  max_queue_mb: 8\n")
-    assert config_module.load(parse("--config", path), environ={}).forward_max_queue_bytes == 8 * 2**20
+    assert config_module.load(parse("--config", path), environ={}).export.max_queue_bytes == 8 * 2**20
     c = config_module.load(parse("--config", path), environ={"CTXPREC_FORWARD_MAX_QUEUE_MB": "0.5"})
-    assert c.forward_max_queue_bytes == 2**19
+    assert c.export.max_queue_bytes == 2**19
     c = config_module.load(parse("--config", path, "--forward-max-queue-mb", "0.25"), environ={})
-    assert c.forward_max_queue_bytes == 2**18
+    assert c.export.max_queue_bytes == 2**18
 
 
 def test_flags_beat_env_and_env_beats_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "sampling:\n  default_rate: 0.1\njudge:\n  model: openai/gpt-4o-mini\nscoring:\n  workers: 3\n")
     env = {"CTXPREC_SAMPLE_RATE": "0.2", "CTXPREC_WORKERS": "5"}
     c = config_module.load(parse("--config", path, "--sample-rate", "0.3"), environ=env)
-    assert (c.sample_rate, c.workers, c.judge.model, c.judge_defaulted) == (0.3, 5, "openai/gpt-4o-mini", False)
+    assert (c.sampling.default_rate, c.scoring.workers, c.judge.model, c.judge.defaulted) == (
+        0.3, 5, "openai/gpt-4o-mini", False)
     c = config_module.load(parse("--config", path), environ=env)
-    assert (c.sample_rate, c.workers) == (0.2, 5)
+    assert (c.sampling.default_rate, c.scoring.workers) == (0.2, 5)
     c = config_module.load(parse("--config", path), environ={})
-    assert (c.sample_rate, c.workers) == (0.1, 3)
-    assert c.sources["sampling.default_rate"] == "file"
+    assert (c.sampling.default_rate, c.scoring.workers) == (0.1, 3)
     c = config_module.load(parse(), environ={"CTXPREC_CONFIG": path})  # the file itself from the env
-    assert c.sample_rate == 0.1
+    assert c.sampling.default_rate == 0.1
 
 
 def test_rules_drift_conventions_and_kafka_from_the_file(tmp_path: Path) -> None:
@@ -75,11 +76,11 @@ kafka:
   format: rag_event
 """)
     c = config_module.load(parse("--config", path), environ={})
-    assert [r.rate for r in c.sampling_rules] == [1.0, 0.0]
-    assert c.sampling_rules[0].attributes == {"retriever": "kb-v2", "tier": "1"}
+    assert [r.rate for r in c.sampling.rules] == [1.0, 0.0]
+    assert c.sampling.rules[0].attributes == {"retriever": "kb-v2", "tier": "1"}
     assert c.drift.warmup == 20 and c.drift.threshold == 6.0
     assert c.conventions.order == ("genai", "openinference") and c.conventions.mapping is not None
-    assert c.kafka is not None and c.kafka.topic == "rag_events" and c.kafka.format == "rag_event"
+    assert c.kafka.enabled and c.kafka.topic == "rag_events" and c.kafka.format == "rag_event"
     assert c.write_back == "evaluator"  # the default for Kafka input
 
 
@@ -88,7 +89,8 @@ kafka:
      "config key sampling.rules[2].rate: must be between 0 and 1, got 1.5"),
     ("", ("--sample-rate", "2"), {}, "config key sampling.default_rate (from --sample-rate): must be between 0 and 1"),
     ("", (), {"CTXPREC_WORKERS": "many"}, "config key scoring.workers (from env CTXPREC_WORKERS): must be an integer"),
-    ("samplng:\n  default_rate: 0.5\n", (), {}, "config key samplng.default_rate: unknown key"),
+    ("samplng:\n  default_rate: 0.5\n", (), {}, "config key samplng: unknown key; did you mean sampling?"),
+    ("sample_rate: 0.5\n", (), {}, "config key sample_rate: unknown key; did you mean sampling.default_rate?"),
     ("sampling:\n  rules: {rate: 1}\n", (), {}, "config key sampling.rules: must be a list"),
     ("sampling:\n  rules:\n    - {rate: 1, servce: x}\n", (), {}, "config key sampling.rules[0].servce: unknown key"),
     ("", ("--otlp-grpc", "localhost"), {}, "config key receivers.otlp_grpc (from --otlp-grpc): must be HOST:PORT"),
@@ -124,13 +126,13 @@ def test_run_exits_2_with_one_line_and_no_traceback(tmp_path: Path, capsys: pyte
 
 def test_listeners_can_be_switched_off() -> None:
     c = config_module.load(parse("--otlp-grpc", "off", "--metrics", "none"), environ={})
-    assert c.otlp_grpc is None and c.metrics_listen is None and c.otlp_http == ("0.0.0.0", 4318)
+    assert c.receivers.otlp_grpc is None and c.metrics.listen is None and c.receivers.otlp_http == ("0.0.0.0", 4318)
 
 
 async def test_no_judge_configured_warns_how_to_set_one(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     config = serve_config()
-    assert config.judge_defaulted
+    assert config.judge.defaulted
     async with running(config) as pipeline:
         assert pipeline.engine.annotator_kind == "CODE"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -144,5 +146,17 @@ def test_redaction_switch_reaches_the_judge_and_secrets_stay_out_of_repr(tmp_pat
     c = config_module.load(parse("--judge-redact-pii", "off", "--receiver-auth-token", "tok-SECRET-42",
                                  "--judge-api-key", "sk-SECRET-43"), environ={"CTXPREC_JUDGE_REDACT_PII": "yes"})
     assert c.judge.redact_pii is False  # the flag wins over the env
-    assert c.receiver_auth_token == "tok-SECRET-42"
+    assert c.receivers.auth_token == "tok-SECRET-42"
     assert "tok-SECRET-42" not in repr(c) and "sk-SECRET-43" not in repr(c)
+
+
+def test_config_reference_is_generated_from_the_code() -> None:
+    from ctxprec.collector import config_docs
+
+    assert config_docs.PATH.read_text(encoding="utf-8") == config_docs.render(), (
+        "docs/CONFIG.md is out of date: run python -m ctxprec.collector.config_docs")
+    text = config_docs.render()
+    for setting in config_module.SETTINGS:  # every key, flag and variable is on the page
+        assert f"`{setting.key}`" in text
+        if setting.flag:
+            assert f"`{setting.flag}`" in text and f"`{setting.env}`" in text

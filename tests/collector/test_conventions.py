@@ -6,11 +6,23 @@ import time
 from typing import Any
 
 import pytest
-
-from ctxprec.collector.assembly.conventions import AttributeMapping, ConventionConfig, Conventions
+from ctxprec.collector.assembly.conventions import (
+    AttributeMapping,
+    ConventionConfig,
+    Conventions,
+)
 from ctxprec.collector.assembly.documents import resolve
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
-from tests.helpers.rag_traces import ANSWER, DOCUMENTS, QUERY, openinference_retriever, rag_trace, span, trace_id
+
+from tests.helpers.rag_traces import (
+    ANSWER,
+    DOCUMENTS,
+    QUERY,
+    openinference_retriever,
+    rag_trace,
+    span,
+    trace_id,
+)
 
 
 def records(spans: list[Any], service: str = "support-bot", max_chars: int = 20_000) -> list[SpanRecord]:

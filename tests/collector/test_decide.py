@@ -6,14 +6,27 @@ from typing import Any
 
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Outcome, PendingAck, Retrieval, RetrievedContext
-from ctxprec.collector.sampling.decide import (DailyBudget, RecentKeys, RetrievalGate, RssGuard, TokenBucket,
-                                               current_rss_bytes)
+from ctxprec.collector.model import (
+    Decision,
+    Outcome,
+    PendingAck,
+    Retrieval,
+    RetrievedContext,
+)
+from ctxprec.collector.sampling.decide import (
+    DailyBudget,
+    RecentKeys,
+    RetrievalGate,
+    RssGuard,
+    current_rss_bytes,
+    score_throttle,
+)
 from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
+
 from tests.helpers.rag_traces import DecisionLog
 
 # Low 8 bytes zero: sampled at any rate > 0. Low 8 bytes max: sampled only at rate 1.
@@ -102,7 +115,7 @@ async def test_sample_rate_applied_is_recorded_on_the_retrieval() -> None:
 async def test_throttle_is_a_token_bucket_per_minute() -> None:
     clock = FakeClock()
     log: list[tuple[str, Decision, Any]] = []
-    gate, workers, metrics = make_gate(throttle=TokenBucket(60, clock=clock), log=log)  # 1/s, burst 10
+    gate, workers, metrics = make_gate(throttle=score_throttle(60, clock=clock), log=log)  # 1/s, burst 10
     for i in range(12):
         gate.submit(retrieval(i))
     assert workers.depth == 10

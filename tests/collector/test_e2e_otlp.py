@@ -8,10 +8,17 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 import pytest
-
-from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.collector.sampling.sampler import Sampler
-from tests.collector.rag_app import RagApp, running, scrape, serve_config, value, wait_until
+from ctxprec.collector.stub_judge import StubJudge
+
+from tests.collector.rag_app import (
+    RagApp,
+    running,
+    scrape,
+    serve_config,
+    value,
+    wait_until,
+)
 from tests.helpers.otlp_capture import OtlpCapture
 
 MakeStub = Callable[..., Awaitable[StubJudge]]

@@ -14,21 +14,25 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 import pytest
-
 from ctxprec.collector import config as config_module
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.engine_process import EXITED, UNAVAILABLE, ProcessEngine
-from ctxprec.collector.scoring.placement import make_engine, usable_cpus, use_scoring_process
+from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.collector.scoring.placement import (
+    make_engine,
+    usable_cpus,
+    use_scoring_process,
+)
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import ContextPrecisionEngine, build_engine, engine_identity
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent
 from ctxprec.scorer.result import ScoreResult
+
 from tests.helpers.rag_traces import DecisionLog
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
@@ -403,14 +407,14 @@ KAFKA_FLAGS = ("--kafka-bootstrap", "127.0.0.1:9092", "--kafka-topic", "rag_even
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
 def test_scoring_process_placement(mode: str, kafka: bool, cpus: float) -> None:
     config = config_module.load(parse("--scoring-process", mode, *(KAFKA_FLAGS if kafka else ())), environ={})
-    assert config.scoring_process == mode and (config.kafka is not None) == kafka
+    assert config.scoring.process == mode and config.kafka.enabled == kafka
     # auto: only a Kafka reader with a second core to give away; on/off are not second-guessed.
     expected = {"on": True, "off": False, "auto": kafka and cpus >= 2}[mode]
     assert use_scoring_process(config, cpus=cpus) is expected
 
 
 def test_scoring_process_defaults_to_auto_and_cpus_are_counted() -> None:
-    assert config_module.load(parse(), environ={}).scoring_process == "auto"
+    assert config_module.load(parse(), environ={}).scoring.process == "auto"
     assert 0 < usable_cpus() <= (os.cpu_count() or 1)
 
 

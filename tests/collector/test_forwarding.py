@@ -11,21 +11,32 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
+from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.trace_buffer import BufferSettings
 from ctxprec.collector.assembly.wire import remove_spans
 from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
 from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, PendingAck
-from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
-from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
+from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.scorer.retry import Backoff
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+
 from tests.helpers.otlp_capture import OtlpCapture
-from tests.helpers.rag_traces import CollectingSink, kv, rag_trace, request_of, span, trace_id
+from tests.helpers.rag_traces import (
+    CollectingSink,
+    kv,
+    rag_trace,
+    request_of,
+    span,
+    trace_id,
+)
 
 PB = "application/x-protobuf"
 IDENTITY = ScorerIdentity(model="openai/stub", prompt_version="test", annotator_kind="LLM", identifier="f1")
@@ -75,11 +86,13 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
         await writeback.start()
         sink = CollectingSink(writeback)
         ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=metrics, passthrough=writeback,
-                            settings=IngestSettings(buffer=BufferSettings(quiet_s=quiet_s), flush_interval_s=0.02))
+                            settings=IngestSettings(buffer=AssemblyConfig(quiet_period_s=quiet_s, max_wait_s=max(30.0, quiet_s)),
+                                                    flush_interval_s=0.02))
         await ingest.start()
-        http = OtlpHttpReceiver(ingest, metrics=metrics, settings=HttpReceiverSettings(host="127.0.0.1", port=0))
+        listen = ReceiversConfig(otlp_http="127.0.0.1:0", otlp_grpc="127.0.0.1:0")
+        http = OtlpHttpReceiver(ingest, metrics=metrics, config=listen)
         grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics,
-                                         settings=GrpcReceiverSettings(host="127.0.0.1", port=0))
+                                         config=listen)
         await http.start()
         await grpc_receiver.start()
         mode = Mode(capture, metrics, sink, writeback, ingest, http, grpc_receiver)
@@ -129,8 +142,9 @@ async def test_unsampled_retrievals_counted_from_the_first_request(make_mode: Ca
 
 async def test_grpc_input_is_forwarded_untouched_too(make_mode: Callable[..., Awaitable[Mode]]) -> None:
     import grpc
-
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
 
     mode = await make_mode(rate=0.0)
     body = request_of(rag_trace(trace_id(False))).SerializeToString()
@@ -250,7 +264,7 @@ async def test_forwarder_retries_through_transient_failures(
         capture: OtlpCapture, downstream: str) -> None:
     metrics = Metrics()
     url = capture.http_url if downstream == "http" else capture.grpc_url
-    fw = OtlpSender(SenderSettings(url, backoff_initial_s=0.01, max_retries=3), metrics=metrics)
+    fw = OtlpSender(SenderSettings(url, backoff=Backoff(base_s=0.01, cap_s=5.0), max_retries=3), metrics=metrics)
     await fw.start()
     try:
         capture.fail_next(2)
@@ -276,7 +290,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
     fw = OtlpSender(SenderSettings(f"http://127.0.0.1:{dead_port}", max_queue_bytes=len(body) * 2,
-                                         backoff_initial_s=0.01, backoff_max_s=0.02, max_retries=2, senders=1),
+                                         backoff=Backoff(base_s=0.01, cap_s=0.02), max_retries=2, senders=1),
                        metrics=metrics)
     await fw.start()
     try:

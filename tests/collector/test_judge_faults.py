@@ -6,9 +6,16 @@ import random
 from typing import Awaitable, Callable
 
 import aiohttp
-
 from ctxprec.collector.stub_judge import FAULT_KINDS, StubJudge
-from tests.collector.rag_app import RagApp, running, scrape, serve_config, value, wait_until
+
+from tests.collector.rag_app import (
+    RagApp,
+    running,
+    scrape,
+    serve_config,
+    value,
+    wait_until,
+)
 from tests.helpers.otlp_capture import OtlpCapture
 
 MakeStub = Callable[..., Awaitable[StubJudge]]

@@ -8,15 +8,6 @@ import json
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
 from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
@@ -27,8 +18,20 @@ from ctxprec.collector.assembly.conventions import (
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 from ctxprec.collector.assembly.spans import service_name, span_record
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
+from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 from ctxprec.collector.sampling.sampler import Sampler
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
 from tests.helpers.rag_traces import CollectingSink, kv, span, trace_id
 
 MAPPING = AttributeMapping(query="app.question", contexts="app.docs")
@@ -196,7 +199,7 @@ async def test_real_sdk_export_counts_every_convention() -> None:
     """Bytes as the OpenTelemetry SDK's OTLP/HTTP exporter writes them, through the receiver."""
     ingest, sink = make_ingest(rate=0.0)
     await ingest.start()
-    receiver = OtlpHttpReceiver(ingest, metrics=Metrics(), settings=HttpReceiverSettings(host="127.0.0.1", port=0))
+    receiver = OtlpHttpReceiver(ingest, metrics=Metrics(), config=ReceiversConfig(otlp_http="127.0.0.1:0"))
     await receiver.start()
     try:
         provider = TracerProvider(resource=Resource.create({"service.name": "sdk-app"}))

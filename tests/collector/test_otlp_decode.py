@@ -7,9 +7,13 @@ import time
 import zlib
 
 import pytest
+from ctxprec.collector.receivers.otlp_decode import (
+    DecodeError,
+    decode_export_request,
+    decode_with_raw,
+)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_export_request, decode_with_raw
 from tests.helpers.rag_traces import rag_trace, request_of, trace_id
 
 PB = "application/x-protobuf"

@@ -14,23 +14,30 @@ import aiohttp
 import grpc
 import pytest
 import requests
+from ctxprec.collector.assembly.config import AssemblyConfig
+from ctxprec.collector.assembly.conventions import ConventionConfig
+from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.config import ConfigError
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
+from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
+from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
+from ctxprec.collector.sampling.sampler import Sampler
 from google.rpc import status_pb2
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from ctxprec.collector.assembly.conventions import ConventionConfig
-from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.trace_buffer import BufferSettings
-from ctxprec.collector.config import ConfigError
-from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
-from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
-from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
-from ctxprec.collector.sampling.sampler import Sampler
 from tests.collector.rag_app import running, serve_config
 from tests.helpers.rag_traces import (
     ANSWER,
@@ -57,7 +64,7 @@ class Stack:
 
     @property
     def http_url(self) -> str:
-        scheme = "https" if self.http.settings.security.tls else "http"
+        scheme = "https" if self.http.security.tls else "http"
         return f"{scheme}://127.0.0.1:{self.http.port}/v1/traces"
 
     @property
@@ -72,19 +79,18 @@ class Stack:
 async def make_stack() -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
     stacks: list[Stack] = []
 
-    async def make(*, security: ReceiverSecurity | None = None, max_bytes: int = 16 * 1024 * 1024,
-                   max_attribute_chars: int = 20_000) -> Stack:
+    async def make(*, max_bytes: int = 16 * 1024 * 1024, max_attribute_chars: int = 20_000, **security: str) -> Stack:
+        """`security`: receivers settings such as auth_token, tls_cert, tls_key, tls_client_ca."""
         metrics = Metrics()
         sink = CollectingSink()
         settings = IngestSettings(conventions=ConventionConfig(max_attribute_chars=max_attribute_chars),
-                                  buffer=BufferSettings(quiet_s=0.05), flush_interval_s=0.02)
+                                  buffer=AssemblyConfig(quiet_period_s=0.05), flush_interval_s=0.02)
         ingest = OtlpIngest(keep_trace=Sampler(1.0).keep_trace, sink=sink, metrics=metrics, settings=settings)
         await ingest.start()
-        security = security or ReceiverSecurity()
-        http = OtlpHttpReceiver(ingest, metrics=metrics, settings=HttpReceiverSettings(
-            host="127.0.0.1", port=0, max_bytes=max_bytes, security=security))
-        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics, settings=GrpcReceiverSettings(
-            host="127.0.0.1", port=0, max_bytes=max_bytes, security=security))
+        config = ReceiversConfig(otlp_http="127.0.0.1:0", otlp_grpc="127.0.0.1:0", max_request_mb=max_bytes / 2**20,
+                                 **security)
+        http = OtlpHttpReceiver(ingest, metrics=metrics, config=config)
+        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics, config=config)
         stack = Stack(metrics, sink, ingest, http, grpc_receiver)
         stacks.append(stack)
         await http.start()
@@ -240,7 +246,7 @@ async def test_grpc_bad_input_gets_status_codes_with_messages(make_stack: Callab
 
 
 async def test_bearer_token_on_both_receivers(make_stack: Callable[..., Awaitable[Stack]]) -> None:
-    stack = await make_stack(security=ReceiverSecurity(bearer_token="s3cret"))
+    stack = await make_stack(auth_token="s3cret")
     good = request_of(rag_trace(trace_id(True))).SerializeToString()
     status, body, ctype = await post(stack.http_url, good, {"Content-Type": PB})
     assert status == 401 and "bearer token" in status_message(body, ctype)
@@ -279,9 +285,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 async def test_tls_and_mutual_tls(make_stack: Callable[..., Awaitable[Stack]], certs: dict[str, Path]) -> None:
-    security = ReceiverSecurity(tls_cert_file=str(certs["server_crt"]), tls_key_file=str(certs["server_key"]),
-                                tls_client_ca_file=str(certs["ca_crt"]))
-    stack = await make_stack(security=security)
+    stack = await make_stack(tls_cert=str(certs["server_crt"]), tls_key=str(certs["server_key"]),
+                             tls_client_ca=str(certs["ca_crt"]))
     # requests lets REQUESTS_CA_BUNDLE from the environment override the session's CA file.
     session = requests.Session()
     session.trust_env = False
@@ -308,7 +313,7 @@ async def test_mutual_tls_from_serve_config(certs: dict[str, Path], tmp_path: Pa
     config_file.write_text(f"receivers:\n  tls_cert: {certs['server_crt']}\n  tls_key: {certs['server_key']}\n"
                            f"  tls_client_ca: {certs['ca_crt']}\n")
     config = serve_config("--config", str(config_file))
-    assert config.receiver_tls_client_ca == str(certs["ca_crt"])
+    assert config.receivers.tls_client_ca == str(certs["ca_crt"])
     async with running(config) as pipeline:
         session = requests.Session()
         session.trust_env = False
@@ -347,7 +352,7 @@ def test_client_ca_needs_a_server_certificate(certs: dict[str, Path]) -> None:
         serve_config("--receiver-tls-client-ca", str(certs["ca_crt"]))
     config = serve_config("--receiver-tls-cert", str(certs["server_crt"]), "--receiver-tls-key",
                           str(certs["server_key"]), "--receiver-tls-client-ca", str(certs["ca_crt"]))
-    assert config.receiver_tls_client_ca == str(certs["ca_crt"])
+    assert config.receivers.tls_client_ca == str(certs["ca_crt"])
 
 
 def test_security_settings_are_validated(tmp_path: Path) -> None:

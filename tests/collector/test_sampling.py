@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import random
 
-from ctxprec.collector.sampling.sampler import Sampler, SamplingRule, below_rate, trace_hash
+from ctxprec.collector.sampling.sampler import (
+    Sampler,
+    SamplingRule,
+    below_rate,
+    trace_hash,
+)
 
 
 def _trace_ids(n: int, seed: int = 7) -> list[bytes]:

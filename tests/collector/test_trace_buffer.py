@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-
+from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.spans import SpanRecord
-from ctxprec.collector.assembly.trace_buffer import BufferSettings, TraceBuffer
+from ctxprec.collector.assembly.trace_buffer import TraceBuffer
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
 
@@ -37,7 +37,7 @@ def clock() -> Clock:
 
 def test_ready_after_root_and_quiet_period(clock: Clock) -> None:
     metrics = Metrics()
-    buffer = TraceBuffer(BufferSettings(quiet_s=2.0, max_wait_s=30.0), metrics=metrics, clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(quiet_period_s=2.0, max_wait_s=30.0), metrics=metrics, clock=clock)
     trace = os.urandom(16)
     buffer.add(record(trace))
     buffer.add(record(trace, root=True))
@@ -55,7 +55,7 @@ def test_ready_after_root_and_quiet_period(clock: Clock) -> None:
 
 
 def test_without_root_the_trace_waits_for_max_wait(clock: Clock) -> None:
-    buffer = TraceBuffer(BufferSettings(quiet_s=2.0, max_wait_s=30.0), clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(quiet_period_s=2.0, max_wait_s=30.0), clock=clock)
     trace = os.urandom(16)
     buffer.add(record(trace))
     clock.now += 10
@@ -67,7 +67,7 @@ def test_without_root_the_trace_waits_for_max_wait(clock: Clock) -> None:
 
 
 def test_late_spans_are_recognised_after_hand_out(clock: Clock) -> None:
-    buffer = TraceBuffer(BufferSettings(quiet_s=0.0), clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(quiet_period_s=0.0), clock=clock)
     trace = os.urandom(16)
     buffer.add(record(trace, root=True))
     assert not buffer.is_decided(trace)
@@ -77,7 +77,7 @@ def test_late_spans_are_recognised_after_hand_out(clock: Clock) -> None:
 
 
 def test_recent_decisions_are_bounded(clock: Clock) -> None:
-    buffer = TraceBuffer(BufferSettings(quiet_s=0.0, recent_decisions=3), clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(quiet_period_s=0.0), recent_decisions=3, clock=clock)
     traces = [os.urandom(16) for _ in range(5)]
     for trace in traces:
         buffer.add(record(trace, root=True))
@@ -87,7 +87,7 @@ def test_recent_decisions_are_bounded(clock: Clock) -> None:
 
 def test_trace_count_bound_evicts_oldest_first_and_counts(clock: Clock) -> None:
     metrics = Metrics()
-    buffer = TraceBuffer(BufferSettings(max_traces=3), metrics=metrics, clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(max_traces=3), metrics=metrics, clock=clock)
     traces = [os.urandom(16) for _ in range(5)]
     for trace in traces:
         buffer.add(record(trace))
@@ -102,7 +102,7 @@ def test_trace_count_bound_evicts_oldest_first_and_counts(clock: Clock) -> None:
 
 def test_byte_bound_evicts_and_tracks_bytes(clock: Clock) -> None:
     metrics = Metrics()
-    buffer = TraceBuffer(BufferSettings(max_bytes=1_000), metrics=metrics, clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(max_buffer_mb=1_000 / 2**20), metrics=metrics, clock=clock)
     a, b = os.urandom(16), os.urandom(16)
     for _ in range(4):
         buffer.add(record(a, size=200))
@@ -120,7 +120,7 @@ def test_byte_bound_evicts_and_tracks_bytes(clock: Clock) -> None:
 def test_acks_are_held_once_per_trace_and_handed_out(clock: Clock) -> None:
     fired: list[bool] = []
     ack = PendingAck(lambda: fired.append(True))
-    buffer = TraceBuffer(BufferSettings(quiet_s=0.0), clock=clock)
+    buffer = TraceBuffer(AssemblyConfig(quiet_period_s=0.0), clock=clock)
     trace = os.urandom(16)
     buffer.add(record(trace), ack)
     buffer.add(record(trace, root=True), ack)
@@ -143,6 +143,6 @@ def test_pop_all_hands_out_everything(clock: Clock) -> None:
 
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="max_traces"):
-        BufferSettings(max_traces=0)
-    with pytest.raises(ValueError, match="quiet_s"):
-        BufferSettings(quiet_s=-1)
+        AssemblyConfig(max_traces=0)
+    with pytest.raises(ValueError, match="quiet_period_s"):
+        AssemblyConfig(quiet_period_s=-1)

@@ -9,7 +9,10 @@ from typing import Any
 
 import grpc
 from aiohttp import web
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import (
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 

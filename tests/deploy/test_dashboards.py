@@ -12,7 +12,11 @@ import pytest
 import yaml
 
 from dashboards import generate
-from tests.deploy.metric_names import exposed_sample_names, recorded_names, referenced_metrics
+from tests.deploy.metric_names import (
+    exposed_sample_names,
+    recorded_names,
+    referenced_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))

@@ -126,14 +126,9 @@ def test_service_and_monitor_select_the_ctxprec_pods(overlay: str) -> None:
 
 def test_configmap_keys_are_serve_flags() -> None:
     """Every CTXPREC_* key the manifests set is the variable of a real `ctxprec serve` flag."""
-    import argparse
+    from ctxprec.collector.config import ENV_PREFIX, SETTINGS
 
-    from ctxprec.collector import serve
-    from ctxprec.collector.cli_env import env_name, long_option
-
-    parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
-    known = {env_name(o) for a in parser._actions if (o := long_option(a))}
+    known = {s.env for s in SETTINGS if s.env} | {ENV_PREFIX + "CONFIG"}
     for overlay in OVERLAYS:
         data = _by_kind(render(K8S / "overlays" / overlay), "ConfigMap")[0]["data"]
         unknown = sorted(set(data) - known)

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy.metric_names import exposed_sample_names, recorded_names, referenced_metrics
+from tests.deploy.metric_names import (
+    exposed_sample_names,
+    recorded_names,
+    referenced_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"

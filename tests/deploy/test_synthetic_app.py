@@ -8,10 +8,19 @@ import asyncio
 from collections import defaultdict
 
 import pytest
-
-from ctxprec.collector.demo.corpus import QUESTIONS, SERVICES, content_words, off_topic_pool
-from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp, average_precision
+from ctxprec.collector.demo.corpus import (
+    QUESTIONS,
+    SERVICES,
+    content_words,
+    off_topic_pool,
+)
+from ctxprec.collector.demo.synthetic_app import (
+    AppConfig,
+    SyntheticRagApp,
+    average_precision,
+)
 from ctxprec.scorer.judge.local import LocalJudge
+
 from tests.deploy.otlp_sink import OtlpSink
 
 
@@ -63,7 +72,9 @@ async def test_traces_arrive_over_otlp_with_openinference_attributes(sink: OtlpS
 
 
 def _offline_app(**overrides) -> SyntheticRagApp:
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
 
     config = AppConfig(rate=1000, duration=None, **overrides)
     return SyntheticRagApp(config, exporters={s: InMemorySpanExporter() for s in config.services})

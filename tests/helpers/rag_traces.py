@@ -10,15 +10,16 @@ import time
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.model import Decision, Outcome, Retrieval
 from ctxprec.scorer.precision import summarize
 from ctxprec.scorer.result import ScoreResult, Verdict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 QUERY = "How do I reset my password?"
 DOCUMENTS = [

@@ -7,9 +7,8 @@ import json
 import random
 
 import pytest
-
+from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.receivers.kafka_event_peek import EventPeek
-from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets
 from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
 from ctxprec.scorer.events import parse_rag_event
 

@@ -9,11 +9,11 @@ import json
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
+from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Retrieval
 from ctxprec.collector.receivers.kafka import KafkaReceiver
-from ctxprec.collector.receivers.kafka_config import KafkaSettings
+
 from tests.kafka.tansu import Broker, create_topic, produce, rag_event
 
 PARTITIONS = 2
@@ -72,8 +72,8 @@ async def test_bounded_undone_commit_below_lowest_and_resume(broker: Broker, uni
     await produce(broker.bootstrap, topic, ((e["trace_id"].encode(), json.dumps(e).encode()) for e in events))
 
     sink, metrics = HeldSink(), Metrics()
-    settings = KafkaSettings(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
-                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="").validate()
+    settings = KafkaConfig(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
+                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="")
     receiver = KafkaReceiver(settings, sink=sink, metrics=metrics)
     await receiver.start()
     try:
@@ -154,8 +154,8 @@ async def test_back_pressure_inside_a_large_batch_hands_each_kept_event_over_onc
     assert 600 < len(kept) < 900
 
     sink = CountingSink()
-    settings = KafkaSettings(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
-                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="").validate()
+    settings = KafkaConfig(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
+                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="")
     receiver = KafkaReceiver(settings, sink=sink, metrics=Metrics(), sampler=sampler)
     await receiver.start()
 

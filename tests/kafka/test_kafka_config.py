@@ -1,74 +1,75 @@
 """Kafka settings: refused at start with a message that names the key; security settings reach
-aiokafka's client options."""
+aiokafka's client options. Set the way users set them: `CTXPREC_KAFKA_*` variables."""
 from __future__ import annotations
 
 import ssl
+from typing import Any
 
 import pytest
+from ctxprec.collector import config as config_module
+from ctxprec.collector.config import ConfigError
+from ctxprec.collector.kafka.config import KafkaConfig
 
-from ctxprec.collector.receivers.kafka_config import KafkaConfigError, from_mapping
+
+def kafka(**values: str) -> KafkaConfig:
+    """The Kafka settings from CTXPREC_KAFKA_<NAME> variables."""
+    env = {f"CTXPREC_KAFKA_{name.upper()}": value for name, value in values.items()}
+    return config_module.load(None, environ=env).kafka
 
 
 def test_kafka_is_off_without_bootstrap() -> None:
-    assert from_mapping({}) is None
-    assert from_mapping({"kafka_group": "g"}) is None
+    assert not kafka().enabled
+    assert not kafka(group="g").enabled
 
 
 def test_defaults_and_dead_letter_topic() -> None:
-    s = from_mapping({"kafka_bootstrap": "a:9092, b:9092", "kafka_topic": "otlp_spans"})
-    assert s is not None
-    assert s.bootstrap_servers == ["a:9092", "b:9092"]
+    s = kafka(bootstrap="a:9092, b:9092", topic="otlp_spans")
+    assert s.enabled and s.bootstrap_servers == ["a:9092", "b:9092"]
     assert s.format == "otlp_proto" and s.group == "ctxprec"
     assert s.dead_letter_topic == "otlp_spans.dlq"
-    assert from_mapping({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_dlq_topic": ""}).dead_letter_topic is None
+    assert KafkaConfig(bootstrap="a:1", topic="t", dlq_topic="").dead_letter_topic is None
     assert s.security.client_options() == {"security_protocol": "PLAINTEXT"}
 
 
 @pytest.mark.parametrize("values, key", [
-    ({"kafka_topic": "t"}, "kafka_bootstrap"),
-    ({"kafka_bootstrap": "a:1"}, "kafka_topic"),
-    ({"kafka_bootstrap": "nohostport", "kafka_topic": "t"}, "kafka_bootstrap"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_format": "avro"}, "kafka_format"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_dlq_topic": "t"}, "kafka_dlq_topic"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_max_undone_per_partition": "0"},
-     "kafka_max_undone_per_partition"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_commit_interval_s": "soon"}, "kafka_commit_interval_s"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "TLS"}, "kafka_security_protocol"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "SASL_SSL"},
-     "kafka_sasl_username"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "sasl_plaintext",
-      "kafka_sasl_mechanism": "GSSAPI", "kafka_sasl_username": "u", "kafka_sasl_password": "p"},
-     "kafka_sasl_mechanism"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_ssl_keyfile": "k.pem"}, "kafka_ssl_keyfile"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_ssl_certfile": "/no/such/cert.pem"}, "kafka_ssl_certfile"),
-    ({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_session_timeout_ms": "1000",
-      "kafka_heartbeat_interval_ms": "1000"}, "kafka_heartbeat_interval_ms"),
+    ({"topic": "t"}, "kafka.bootstrap"),
+    ({"bootstrap": "a:1"}, "kafka.topic"),
+    ({"bootstrap": "nohostport", "topic": "t"}, "kafka.bootstrap"),
+    ({"bootstrap": "a:1", "topic": "t", "format": "avro"}, "kafka.format"),
+    ({"bootstrap": "a:1", "topic": "t", "dlq_topic": "t"}, "kafka.dlq_topic"),
+    ({"bootstrap": "a:1", "topic": "t", "max_undone_per_partition": "0"}, "kafka.max_undone_per_partition"),
+    ({"bootstrap": "a:1", "topic": "t", "commit_interval_s": "soon"}, "kafka.commit_interval_s"),
+    ({"bootstrap": "a:1", "topic": "t", "security_protocol": "TLS"}, "kafka.security_protocol"),
+    ({"bootstrap": "a:1", "topic": "t", "security_protocol": "SASL_SSL"}, "kafka.sasl_username"),
+    ({"bootstrap": "a:1", "topic": "t", "security_protocol": "sasl_plaintext", "sasl_mechanism": "GSSAPI",
+      "sasl_username": "u", "sasl_password": "p"}, "kafka.sasl_mechanism"),
+    ({"bootstrap": "a:1", "topic": "t", "ssl_keyfile": "/etc/hostname"}, "kafka.ssl_keyfile"),
+    ({"bootstrap": "a:1", "topic": "t", "ssl_certfile": "/no/such/cert.pem"}, "kafka.ssl_certfile"),
+    ({"bootstrap": "a:1", "topic": "t", "session_timeout_ms": "1000", "heartbeat_interval_ms": "1000"},
+     "kafka.heartbeat_interval_ms"),
 ])
-def test_bad_settings_name_the_key(values: dict, key: str) -> None:
-    with pytest.raises(KafkaConfigError, match=f"^{key}"):
-        from_mapping(values)
+def test_bad_settings_name_the_key(values: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^config key {key}"):
+        kafka(**values)
 
 
 def test_sasl_scram_pass_through_never_shows_the_password() -> None:
-    s = from_mapping({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "sasl_plaintext",
-                      "kafka_sasl_mechanism": "scram-sha-512", "kafka_sasl_username": "svc",
-                      "kafka_sasl_password": "s3cret"})
+    s = kafka(bootstrap="a:1", topic="t", security_protocol="sasl_plaintext", sasl_mechanism="scram-sha-512",
+              sasl_username="svc", sasl_password="s3cret")
     assert s.security.client_options() == {
         "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "svc", "sasl_plain_password": "s3cret"}
-    assert "s3cret" not in repr(s)
+    assert "s3cret" not in repr(s) and "s3cret" not in repr(s.security)
 
 
-def test_ssl_builds_a_context_from_the_ca_file(tmp_path) -> None:
+def test_ssl_builds_a_context_from_the_ca_file(tmp_path: Any) -> None:
     # The system CA bundle stands in for a private CA file: loading it must work as any PEM does.
     cafile = ssl.get_default_verify_paths().cafile or ssl.get_default_verify_paths().openssl_cafile
-    s = from_mapping({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "SSL",
-                      "kafka_ssl_cafile": cafile, "kafka_ssl_check_hostname": "false"})
+    s = kafka(bootstrap="a:1", topic="t", security_protocol="SSL", ssl_cafile=cafile, ssl_check_hostname="false")
     options = s.security.client_options()
     assert options["security_protocol"] == "SSL"
     context = options["ssl_context"]
     assert isinstance(context, ssl.SSLContext) and context.check_hostname is False
     assert context.cert_store_stats()["x509_ca"] > 0
-    with pytest.raises(KafkaConfigError, match="^kafka_ssl_cafile: file not found"):
-        from_mapping({"kafka_bootstrap": "a:1", "kafka_topic": "t", "kafka_security_protocol": "SSL",
-                      "kafka_ssl_cafile": str(tmp_path / "nope.pem")})
+    with pytest.raises(ConfigError, match="^config key kafka.ssl_cafile .from env CTXPREC_KAFKA_SSL_CAFILE.: file not found"):
+        kafka(bootstrap="a:1", topic="t", security_protocol="SSL", ssl_cafile=str(tmp_path / "nope.pem"))

@@ -10,7 +10,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.otel_data import otel_traces
-from tests.kafka.tansu import Broker, committed_total, create_topic, produce, rag_event, read_all
+from tests.kafka.tansu import (
+    Broker,
+    committed_total,
+    create_topic,
+    produce,
+    rag_event,
+    read_all,
+)
 
 MAX_MESSAGE_BYTES = 64 * 1024
 

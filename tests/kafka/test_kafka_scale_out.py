@@ -9,7 +9,14 @@ import time
 from pathlib import Path
 
 from tests.kafka.serve_proc import ServeProcess
-from tests.kafka.tansu import Broker, committed_total, create_topic, produce, rag_event, read_all
+from tests.kafka.tansu import (
+    Broker,
+    committed_total,
+    create_topic,
+    produce,
+    rag_event,
+    read_all,
+)
 
 PARTITIONS = 6
 EVENTS = 900

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 from tests.kafka.inprocess import kafka_flags, running
-from tests.kafka.tansu import Broker, committed_total, create_topic, produce, rag_event, read_all
+from tests.kafka.tansu import (
+    Broker,
+    committed_total,
+    create_topic,
+    produce,
+    rag_event,
+    read_all,
+)
 
 PARTITIONS = 2
 KEPT_LOW = 1  # low 64 bits of the trace id far below 1% of 2**64: sampled

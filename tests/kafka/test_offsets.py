@@ -4,10 +4,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from ctxprec.collector.kafka.offsets import PartitionOffsets, SequenceTracker
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ctxprec.collector.receivers.kafka_offsets import PartitionOffsets, SequenceTracker
 
 
 def test_nothing_done_nothing_to_commit() -> None:

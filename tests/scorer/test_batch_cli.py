@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ctxprec.collector.cli import Subcommand, _load
-from ctxprec.collector.cli_env import EnvError, apply_env_defaults
+from ctxprec.collector.cli import CommandParser, EnvError, Subcommand, _load
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.batch import BatchOptions, run_batch, score_lines
 from ctxprec.scorer.config import JudgeConfig
@@ -324,27 +322,25 @@ def test_help_does_not_import_litellm_or_grpc() -> None:
 def test_missing_subcommand_module_is_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert _load(Subcommand("later", "ctxprec.collector.not_written_yet", "")) is None
     assert "'later' is not available in this build" in capsys.readouterr().err
-    assert _load(Subcommand("broken", "ctxprec.collector.cli_env", "")) is None  # no add_arguments/run
+    assert _load(Subcommand("broken", "ctxprec.collector.config_types", "")) is None  # no add_arguments/run
     assert "has no add_arguments or run" in capsys.readouterr().err
 
 
 def test_env_defaults_convert_and_name_the_variable() -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser()
+    parser = CommandParser()
     parser.add_argument("--judge-model")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--mode", choices=["span", "evaluator"], default="span")
-    used = apply_env_defaults(parser, {"CTXPREC_CONCURRENCY": "9", "CTXPREC_DRY_RUN": "yes", "CTXPREC_MODE": "evaluator"})
+    used = parser.apply_env_defaults({"CTXPREC_CONCURRENCY": "9", "CTXPREC_DRY_RUN": "yes", "CTXPREC_MODE": "evaluator"})
     assert sorted(used) == ["CTXPREC_CONCURRENCY", "CTXPREC_DRY_RUN", "CTXPREC_MODE"]
     args = parser.parse_args([])
     assert (args.concurrency, args.dry_run, args.mode, args.judge_model) == (9, True, "evaluator", None)
     assert parser.parse_args(["--concurrency", "2"]).concurrency == 2
     with pytest.raises(EnvError, match="CTXPREC_MODE='x': --mode must be one of span, evaluator"):
-        apply_env_defaults(parser, {"CTXPREC_MODE": "x"})
+        parser.apply_env_defaults({"CTXPREC_MODE": "x"})
     with pytest.raises(EnvError, match="CTXPREC_DRY_RUN='maybe': --dry-run is a switch"):
-        apply_env_defaults(parser, {"CTXPREC_DRY_RUN": "maybe"})
+        parser.apply_env_defaults({"CTXPREC_DRY_RUN": "maybe"})
 
 
 async def test_redact_pii_keeps_personal_data_away_from_the_judge(stub_judge: StubJudge, tmp_path: Path) -> None:

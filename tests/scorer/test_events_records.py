@@ -6,9 +6,20 @@ import re
 from datetime import datetime, timezone
 
 import pytest
-
-from ctxprec.scorer.events import EventError, parse_rag_event, parse_rag_event_line, parse_rfc3339
-from ctxprec.scorer.records import RECORD_FIELDS, JUDGE_FIELDS, failure_record, record_id, rfc3339, score_record
+from ctxprec.scorer.events import (
+    EventError,
+    parse_rag_event,
+    parse_rag_event_line,
+    parse_rfc3339,
+)
+from ctxprec.scorer.records import (
+    JUDGE_FIELDS,
+    RECORD_FIELDS,
+    failure_record,
+    record_id,
+    rfc3339,
+    score_record,
+)
 from ctxprec.scorer.result import JudgeUsage, ScoreResult, Verdict
 
 TRACE = "0AF7651916CD43DD8448EB211C80319C"

@@ -16,7 +16,6 @@ from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
-
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.chat import (
@@ -30,9 +29,10 @@ from ctxprec.scorer.judge.chat import (
 )
 from ctxprec.scorer.judge.client import LimitedChatClient
 from ctxprec.scorer.judge.factory import make_chat_client
-from ctxprec.scorer.judge.limits import Backoff, CircuitBreaker, RateLimiter, parse_retry_after
+from ctxprec.scorer.judge.limits import CircuitBreaker, RateLimiter
 from ctxprec.scorer.judge.transport_litellm import LiteLLMTransport, import_litellm
 from ctxprec.scorer.judge.transport_openai import OpenAIDirectTransport
+from ctxprec.scorer.retry import Backoff, parse_retry_after
 
 FAST = Backoff(base_s=0.01, cap_s=0.05)
 STUB_MODEL = "openai/ctxprec-stub-judge"

@@ -5,11 +5,18 @@ import subprocess
 import sys
 
 import pytest
-
 from ctxprec.scorer.judge.local import LocalJudge
-from ctxprec.scorer.judge.local_text import ENGLISH, FRENCH, JAPANESE, STRONG, detect_language, fold_accents, terms
-from ctxprec.scorer.judge.local_words import english_stem, french_stem
 from ctxprec.scorer.judge.local_eval import SETS, evaluate, load_cases
+from ctxprec.scorer.judge.local_text import (
+    ENGLISH,
+    FRENCH,
+    JAPANESE,
+    STRONG,
+    detect_language,
+    fold_accents,
+    terms,
+)
+from ctxprec.scorer.judge.local_words import english_stem, french_stem
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:

@@ -4,10 +4,15 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from ctxprec.scorer.precision import (
+    average_precision,
+    round_half_up,
+    scaled_score,
+    summarize,
+    validate_scale,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ctxprec.scorer.precision import average_precision, round_half_up, scaled_score, summarize, validate_scale
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from ctxprec.scorer.judge.prices import UNPRICED, cost_map_path, load_cost_map, model_prices
+from ctxprec.scorer.judge.prices import (
+    UNPRICED,
+    cost_map_path,
+    load_cost_map,
+    model_prices,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # Providers whose chat models are swept, each with and without its prefix. (Some others, such as

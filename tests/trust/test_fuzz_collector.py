@@ -12,12 +12,6 @@ import json
 import zlib
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from ctxprec.collector.assembly.conventions import (
     ALL_CONVENTIONS,
     AttributeMapping,
@@ -34,6 +28,14 @@ from ctxprec.collector.receivers.kafka_messages import (
     retrieval_from_event,
 )
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_export_request
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

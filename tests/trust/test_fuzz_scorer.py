@@ -7,12 +7,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctxprec.collector.stub_judge import (
+    BadRequest,
+    answer_reason,
+    answer_verdicts,
+    parse_data_block,
+)
+from ctxprec.scorer.events import (
+    EventError,
+    RagEvent,
+    parse_rag_event,
+    parse_rag_event_line,
+)
+from ctxprec.scorer.judge.verdicts import MalformedAnswer, parse_reason, parse_verdicts
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ctxprec.collector.stub_judge import BadRequest, answer_reason, answer_verdicts, parse_data_block
-from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event, parse_rag_event_line
-from ctxprec.scorer.judge.verdicts import MalformedAnswer, parse_reason, parse_verdicts
 from tests.trust.fuzz_strategies import deep, dumps, json_values
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])

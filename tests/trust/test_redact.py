@@ -9,12 +9,18 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer import JudgeConfig, build_engine, create_context_precision_scorer
-from ctxprec.scorer.redact import CARD_PLACEHOLDER, EMAIL_PLACEHOLDER, PHONE_PLACEHOLDER, Redactor, luhn_valid, redact
+from ctxprec.scorer.redact import (
+    CARD_PLACEHOLDER,
+    EMAIL_PLACEHOLDER,
+    PHONE_PLACEHOLDER,
+    Redactor,
+    luhn_valid,
+    redact,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 PLACEHOLDERS = (EMAIL_PLACEHOLDER, PHONE_PLACEHOLDER, CARD_PLACEHOLDER)
 

@@ -65,7 +65,9 @@ def instrument(instrumentor: str, provider: TracerProvider) -> None:
 
         HaystackInstrumentor().instrument(tracer_provider=provider)
     elif instrumentor == "openllmetry":
-        from opentelemetry.instrumentation.haystack import HaystackInstrumentor as TraceloopInstrumentor
+        from opentelemetry.instrumentation.haystack import (
+            HaystackInstrumentor as TraceloopInstrumentor,
+        )
 
         TraceloopInstrumentor().instrument(tracer_provider=provider)
     else:

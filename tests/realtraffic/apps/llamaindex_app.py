@@ -26,7 +26,14 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.schema import NodeWithScore, TextNode
 from opentelemetry.sdk.trace import TracerProvider
 
-from .corpus import DOCS, TOP_K, RunResult, canned_answer_for, embed_text, format_contexts
+from .corpus import (
+    DOCS,
+    TOP_K,
+    RunResult,
+    canned_answer_for,
+    embed_text,
+    format_contexts,
+)
 from .fake_openai import FAKE_API_KEY, FAKE_BASE_URL, FAKE_MODEL, mock_transport
 
 LLMKind = Literal["canned", "openai"]
@@ -118,7 +125,9 @@ def instrument(instrumentor: str, provider: TracerProvider) -> None:
 
         LlamaIndexInstrumentor().instrument(tracer_provider=provider)
     elif instrumentor == "openllmetry":
-        from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor as TraceloopInstrumentor
+        from opentelemetry.instrumentation.llamaindex import (
+            LlamaIndexInstrumentor as TraceloopInstrumentor,
+        )
 
         TraceloopInstrumentor().instrument(tracer_provider=provider)
     else:

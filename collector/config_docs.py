@@ -1,0 +1,131 @@
+"""docs/CONFIG.md, generated from the config models, so the reference cannot drift from the code.
+
+    python -m ctxprec.collector.config_docs            # rewrite docs/CONFIG.md
+    python -m ctxprec.collector.config_docs --check    # exit 1 when docs/CONFIG.md is out of date
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxprec.collector.config import (
+    DEPRECATED_FLAGS,
+    ENV_PREFIX,
+    SETTINGS,
+    ServeConfig,
+    Setting,
+    _shown,
+    env_name,
+)
+
+PATH = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
+
+INTRO = f"""# Configuration of `ctxprec serve`
+
+Generated from the settings' declarations by `python -m ctxprec.collector.config_docs`; a test
+fails when this page and the code disagree.
+
+Every setting is a key of the YAML file given with `--config FILE` (or `{ENV_PREFIX}CONFIG`), written
+as its section and name (`sampling.default_rate` is `default_rate:` under `sampling:`). Most also
+have a flag, and every flag reads `{ENV_PREFIX}<FLAG>` from the environment (`--sample-rate` is
+`{ENV_PREFIX}SAMPLE_RATE`). **Flags win over the environment, the environment over the file.** A bad
+value is refused at start with one line that names the key and where the value came from, e.g.
+`config key sampling.default_rate (from --sample-rate): must be between 0 and 1, got '2'`; an
+unknown key names the key it most likely meant.
+
+```yaml
+receivers:
+  otlp_http: 0.0.0.0:4318
+judge:
+  model: openai/gpt-4o-mini
+sampling:
+  default_rate: 0.05
+  rules:
+    - {{service: checkout-*, rate: 0.2}}
+    - {{attributes: {{retriever: kb-v2}}, rate: 0.5}}
+export:
+  forward_to: http://otel-collector:4318
+```
+
+Values: `HOST:PORT` listen addresses take `off` to disable a listener; numbers marked `|off` take
+`off` for "no limit"; switches take true/false, yes/no, on/off or 1/0 (a switch flag given alone is
+true); durations are seconds.
+"""
+
+STRUCTURES = """## Structured keys (YAML only)
+
+- `sampling.rules`: a list, first match wins; each rule has `rate` (0..1), optional `service`
+  (a name or a glob such as `checkout-*`) and optional `attributes` (span attributes that must all
+  be equal, compared as text). A retrieval that no rule matches gets `sampling.default_rate`. A
+  rule with rate 0 excludes on purpose: its retrievals are decided `filtered`.
+- `conventions.order`: the conventions tried per span, first that finds documents wins; any of
+  `openinference`, `genai`, `openllmetry`, `mapping` (see FORMATS.md, "Span attributes read").
+- `conventions.mapping`: your own span attributes, for spans no convention covers:
+  `query` (an attribute key, or `key$json.path`), `contexts` (a key holding a JSON list, a
+  `key$json.path` such as `app.hits$.documents[*].text`, or a per-item pattern such as
+  `app.docs.{i}.text`), optional `output` (the answer).
+"""
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|")
+
+
+def _row(setting: Setting) -> str:
+    default = setting.default
+    if setting.secret:
+        shown = "none" if default is None else "(set)"
+    elif default is None:
+        shown = "none"
+    elif isinstance(default, (list, tuple)) and not (isinstance(default, tuple) and len(default) == 2
+                                                      and isinstance(default[1], int)):
+        shown = ", ".join(map(str, default)) or "(empty)"
+    else:
+        shown = _shown(default)
+    flag = f"`{setting.flag}`" if setting.flag else ""
+    env = f"`{setting.env}`" if setting.env else ""
+    meaning = setting.help
+    if setting.choices:
+        meaning += f" (one of: {', '.join(map(str, setting.choices))})"
+    return f"| `{setting.key}` | {flag} | {env} | `{_cell(shown)}` | {_cell(meaning)} |"
+
+
+def render() -> str:
+    parts = [INTRO]
+    sections: dict[str, list[Setting]] = {}
+    for setting in SETTINGS:
+        sections.setdefault(setting.path[0] if len(setting.path) > 1 else "", []).append(setting)
+    fields = ServeConfig.model_fields
+    for section, members in sections.items():
+        title = f"## `{section}`: {fields[section].description}" if section else "## Top level"
+        parts.append(title + "\n")
+        parts.append("| key | flag | environment | default | meaning |\n|---|---|---|---|---|")
+        parts.extend(_row(member) for member in members)
+        parts.append("")
+    parts.append(STRUCTURES)
+    deprecated = [f"- `{flag}` (`{env_name(flag)}`): use `{next(s.flag for s in SETTINGS if s.path == path)}`."
+                  for flag, path in DEPRECATED_FLAGS.items()]
+    parts.append("## Deprecated spellings\n\nStill accepted, with a note on stderr:\n\n" + "\n".join(deprecated) + "\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/CONFIG.md is out of date")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = PATH.read_text(encoding="utf-8") if PATH.exists() else ""
+        if current != text:
+            print(f"{PATH} is out of date: run python -m ctxprec.collector.config_docs", file=sys.stderr)
+            return 1
+        return 0
+    PATH.write_text(text, encoding="utf-8")
+    print(f"wrote {PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,16 +17,20 @@ PHOENIX_VENV := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 PHOENIX_CONSTRAINTS := tests/realtraffic/phoenix-constraints.txt
 
-.PHONY: demo test bench venv test-deps system-deps clean
+.PHONY: demo test test-fast bench venv test-deps system-deps clean
 
-$(STAMP): pyproject.toml
+# The runtime dependencies at the versions the Docker image is built with (regenerate the file
+# with `python -m deploy.docker.constraints` after changing dependencies).
+CONSTRAINTS := deploy/docker/constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -c $(CONSTRAINTS)
 	touch $@
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -c $(CONSTRAINTS)
 	touch $@
 
 $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
@@ -42,22 +46,27 @@ $(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
 
 venv: $(STAMP)
 
-# Prometheus (for promtool and the live dashboard test) comes from Debian's packages.
+# Prometheus (for promtool and the live dashboard test) comes from Debian's packages, installed
+# only when missing, without starting its daemon and without stopping anything that runs.
 system-deps:
-	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
-		echo "installing prometheus from Debian's packages"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-		systemctl stop prometheus >/dev/null 2>&1 || true; \
-		pkill -x prometheus >/dev/null 2>&1 || true; \
-	fi
+	@sh tests/install-system-deps.sh
 
 test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) system-deps
 
 demo: $(STAMP)
 	$(BIN)/ctxprec demo
 
+# The in-process tests run on every core; the end-to-end ones (marked slow in tests/conftest.py:
+# brokers, servers, apps and timing) one at a time after them.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+
 test: test-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" -n auto $(PYTEST_ARGS)
+	$(PYTEST) -m slow $(PYTEST_ARGS)
+
+# The inner loop: unit and in-process tests only (under a minute and a half here).
+test-fast: $(TEST_STAMP)
+	$(PYTEST) -m "not slow" -n auto $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.run_all

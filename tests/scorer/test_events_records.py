@@ -1,4 +1,4 @@
-"""RAG event parsing (SPEC.md section 3) and the score record format."""
+"""RAG event parsing and the score record format (docs/FORMATS.md)."""
 from __future__ import annotations
 
 import json
@@ -105,7 +105,7 @@ def test_line_errors_carry_the_line_number() -> None:
     assert caught.value.message.startswith("line 7: not valid JSON")
     with pytest.raises(EventError) as caught:
         parse_rag_event_line('{"contexts": ["a"]}', 12)
-    assert caught.value.message == "line 12: missing required field 'query'"
+    assert caught.value.message == "line 12: missing required field 'query' (or an alias: 'user_input', 'input' or 'question')"
     assert parse_rag_event_line(json.dumps(full_event()), 1).service == "support-bot"
 
 

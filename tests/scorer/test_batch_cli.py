@@ -207,7 +207,7 @@ async def test_judge_failures_become_error_records(make_stub_judge: Any, tmp_pat
         (["score", "{events}", "--judge-model", "openai/gpt-4o-mini"], {"OPENAI_API_KEY": ""}, "api_key"),
         (["score", "{events}", "-o", "{events}"], {}, "is the input file"),
         (["score", "{events}", "--judge-api-base", "http://127.0.0.1:9/v1"], {}, "--judge-api-base needs --judge-model"),
-        (["score"], {}, "the following arguments are required: EVENTS.jsonl"),
+        (["score"], {}, "the following arguments are required: EVENTS"),
         (["frobnicate"], {}, "unknown command 'frobnicate'"),
         ([], {}, "a command is required"),
     ],

@@ -227,6 +227,7 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
                 write=sink.write,
                 on_record=progress.update if progress else None,
                 strict=options.strict,
+                key_noun=source.key_noun,
                 on_keys=warnings,
             )
         finally:
@@ -268,11 +269,13 @@ async def score_events(
     write: Callable[[dict[str, Any]], bool],
     on_record: Callable[[int], None] | None = None,
     strict: bool = False,
+    key_noun: str = "key",
     on_keys: KeyObserver | None = None,
 ) -> BatchSummary:
     """Score events as read from a file with at most `concurrency` samples in flight and at most
     `window` events held; `write` gets each record in input order and returns False to stop early.
-    `on_keys` hears what each event's keys did (aliases read, conflicts, unknown keys)."""
+    `on_keys` hears what each event's keys did (aliases read, conflicts, unknown keys); `key_noun`
+    is what the input calls them in messages ("column" for CSV)."""
     summary = BatchSummary()
     limit = asyncio.Semaphore(concurrency)
     # Entries are finished records (bad lines) or tasks, in input order: the reorder buffer.
@@ -293,7 +296,7 @@ async def score_events(
         for raw in events:
             if stopped:
                 break
-            item = _prepare(raw, engine, strict=strict, on_keys=on_keys)
+            item = _prepare(raw, engine, strict=strict, key_noun=key_noun, on_keys=on_keys)
             held.append(item if isinstance(item, dict) else asyncio.ensure_future(_limited(limit, item)))
             while held and (len(held) >= window or _ready(held[0])):
                 await emit_head()
@@ -318,14 +321,19 @@ async def _limited(limit: asyncio.Semaphore, work: Awaitable[dict[str, Any]]) ->
 
 
 def _prepare(
-    raw: RawEvent, engine: ContextPrecisionEngine, *, strict: bool = False, on_keys: KeyObserver | None = None
+    raw: RawEvent,
+    engine: ContextPrecisionEngine,
+    *,
+    strict: bool = False,
+    key_noun: str = "key",
+    on_keys: KeyObserver | None = None,
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     """A finished error record for an event that cannot be scored, or a coroutine that scores it."""
     line_no = raw.line_no
     if raw.error is not None:
         return _bad_input(engine, f"line {line_no}: {raw.error}", raw.text, _loose_ids(raw.value))
     try:
-        parsed = parse_rag_event_with_notes(raw.value, strict=strict)
+        parsed = parse_rag_event_with_notes(raw.value, strict=strict, key_noun=key_noun)
     except EventError as exc:
         return _bad_input(engine, f"line {line_no}: {exc.message}", raw.text, _loose_ids(raw.value))
     if on_keys:

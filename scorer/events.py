@@ -130,12 +130,12 @@ class KeyNotes:
     conflicts: tuple[AliasConflict, ...] = ()
     unknown: tuple[str, ...] = ()  # keys that are neither a field nor an alias, in input order
 
-    @property
-    def strict_problems(self) -> str:
-        """Why strict reading rejects the event, or "" when it does not."""
+    def strict_problems(self, key_noun: str = "key") -> str:
+        """Why strict reading rejects the event, or "" when it does not. `key_noun` is what the
+        input calls a field name ("column" in CSV)."""
         parts = []
         if self.unknown:
-            parts.append(f"unknown key{'s' if len(self.unknown) > 1 else ''} {quoted(self.unknown)}")
+            parts.append(f"unknown {key_noun}{'s' if len(self.unknown) > 1 else ''} {quoted(self.unknown)}")
         parts += [c.describe() for c in self.conflicts]
         return "; ".join(parts)
 
@@ -172,14 +172,15 @@ def parse_rag_event(obj: Any) -> RagEvent:
     return parse_rag_event_with_notes(obj).event
 
 
-def parse_rag_event_with_notes(obj: Any, *, strict: bool = False) -> ParsedEvent:
+def parse_rag_event_with_notes(obj: Any, *, strict: bool = False, key_noun: str = "key") -> ParsedEvent:
     """Validate a decoded JSON value as a RAG event and say what its keys did. With `strict`, an
     unknown key or two names of one field make the event an error that names them."""
     if not isinstance(obj, dict):
         raise EventError(f"an event must be a JSON object, got {_json_type(obj)}")
     fields, notes = resolve_aliases(obj)
-    if strict and notes.strict_problems:
-        raise EventError(f"{notes.strict_problems} (strict mode)")
+    problems = notes.strict_problems(key_noun) if strict else ""
+    if problems:
+        raise EventError(f"{problems} (strict mode)")
     return ParsedEvent(_parse_fields(fields, _Names(dict((f, a) for a, f in notes.aliases))), notes)
 
 

@@ -269,7 +269,7 @@ async def test_strict_applies_to_csv_columns(stub_judge: StubJudge, tmp_path: Pa
     done = await ctxprec("score", str(source), "--strict", *judge_args(stub_judge))
     assert done.rc == 1
     (record,) = read_records(done.stdout)
-    assert record["error"]["message"] == "line 2: unknown key 'notes' (strict mode)"
+    assert record["error"]["message"] == "line 2: unknown column 'notes' (strict mode)"
 
 
 # --- bad CSV: clear errors, good rows kept ------------------------------------------------------------

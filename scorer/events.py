@@ -19,7 +19,7 @@ _TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 _SPAN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
 # The fields an event may carry under their own names. Other keys are not an error (producers add
-# their own), but readers report them: a misspelt field would otherwise vanish without a word.
+# their own), but `ctxprec score` reports them: a misspelt field would otherwise vanish unnoticed.
 EVENT_FIELDS: tuple[str, ...] = (
     "trace_id",
     "span_id",

@@ -1,4 +1,5 @@
-"""`ctxprec score EVENTS.jsonl`: score a file of RAG events and write one score record per event.
+"""`ctxprec score EVENTS`: score a file of RAG events (JSONL or CSV, scorer/event_files.py) and
+write one score record per event.
 
 The input is streamed: at most `window` events are held at once (in flight or waiting in the
 reorder buffer), whatever the file's size, and records come out in input order. A line that
@@ -15,14 +16,16 @@ import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import IO, Any, Awaitable, Callable, Iterable, Iterator
+from typing import IO, Any, Awaitable, Callable, Iterable
 
 # Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
 # these cost nothing extra; litellm and the transports stay lazy inside build_engine.
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
-from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event_line
+from ctxprec.scorer.event_files import EventFileError, count_events, jsonl_events, open_event_file
+from ctxprec.scorer.events import EventError, KeyNotes, RagEvent, RawEvent, parse_rag_event_with_notes
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
+from ctxprec.scorer.key_warnings import KeyWarnings
 from ctxprec.scorer.records import failure_record, record_id, score_record
 
 DEFAULT_MODEL = "local"
@@ -33,6 +36,10 @@ LOCAL_JUDGE_NOTE = (
     "or --judge-model openai/NAME --judge-api-base http://HOST:PORT/v1 for an OpenAI-compatible server "
     "(vLLM, Ollama, the stub judge).\n"
 )
+
+
+# Hears, per event, what its keys did: (line number, notes).
+KeyObserver = Callable[[int, KeyNotes], None]
 
 
 class UsageError(Exception):
@@ -64,7 +71,9 @@ def non_negative_float(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("events", metavar="EVENTS.jsonl", help="RAG events, one JSON object per line")
+    parser.add_argument("events", metavar="EVENTS",
+                        help="RAG events: JSON Lines (one object per line) or CSV with a header row; "
+                             "told apart by the extension (.jsonl, .csv), else by the content")
     parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
     parser.add_argument("--judge-model", default=None, metavar="MODEL", help="litellm model string, or 'local' (default) for the offline judge")
     parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME)")
@@ -72,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--redact-pii", action="store_true",
                         help="replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge")
+    parser.add_argument("--strict", action="store_true",
+                        help="an unknown key or column, or a field given under two names, makes that event an error "
+                             "(default: a warning, once per name)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         model_given=bool(args.judge_model),
         redact_pii=args.redact_pii,
+        strict=args.strict,
     )
     try:
         return asyncio.run(run_batch(options, stderr=sys.stderr))
@@ -111,6 +124,7 @@ class BatchOptions:
     concurrency: int = DEFAULT_CONCURRENCY
     model_given: bool = True
     redact_pii: bool = False
+    strict: bool = False  # unknown keys and two names of one field fail the event instead of a warning
     window: int | None = None  # events held at once; default 4 x concurrency
     progress: bool | None = None  # None: only when stderr is a terminal
 
@@ -177,7 +191,10 @@ class BatchSummary:
 
 async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     """Score `options.events_path`; returns the exit status. Raises UsageError before any work."""
-    source = _open_input(options.events_path)
+    try:
+        source = open_event_file(options.events_path)
+    except EventFileError as exc:
+        raise UsageError(str(exc)) from None
     try:
         sink = _open_output(options.output_path, options.events_path)
     except UsageError:
@@ -189,17 +206,29 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
         if not options.model_given:
             stderr.write(LOCAL_JUDGE_NOTE)
         show_progress = options.progress if options.progress is not None else _is_tty(stderr)
-        total = _count_lines(options.events_path) if show_progress else None
+        total = count_events(options.events_path, source.kind) if show_progress else None
         progress = Progress(stderr, total) if show_progress else None
+
+        def say(text: str) -> None:
+            if progress:
+                progress.clear()  # a warning must not land in the middle of the progress line
+            stderr.write(text)
+
+        warnings = KeyWarnings(say, noun=source.key_noun)
+        for note in source.notes:
+            warnings.note(note)
         started = time.monotonic()
         try:
-            summary = await score_lines(
-                _lines(source),
+            summary = await score_events(
+                source.events,
                 engine,
                 concurrency=options.concurrency,
                 window=options.window or max(16, 4 * options.concurrency),
                 write=sink.write,
                 on_record=progress.update if progress else None,
+                strict=options.strict,
+                key_noun=source.key_noun,
+                on_keys=warnings,
             )
         finally:
             await engine.aclose()
@@ -225,8 +254,28 @@ async def score_lines(
     write: Callable[[dict[str, Any]], bool],
     on_record: Callable[[int], None] | None = None,
 ) -> BatchSummary:
-    """Score numbered lines with at most `concurrency` samples in flight and at most `window`
-    events held; `write` gets each record in input order and returns False to stop early."""
+    """`score_events` over numbered JSONL lines."""
+    return await score_events(
+        jsonl_events(lines), engine, concurrency=concurrency, window=window, write=write, on_record=on_record
+    )
+
+
+async def score_events(
+    events: Iterable[RawEvent],
+    engine: ContextPrecisionEngine,
+    *,
+    concurrency: int,
+    window: int,
+    write: Callable[[dict[str, Any]], bool],
+    on_record: Callable[[int], None] | None = None,
+    strict: bool = False,
+    key_noun: str = "key",
+    on_keys: KeyObserver | None = None,
+) -> BatchSummary:
+    """Score events as read from a file with at most `concurrency` samples in flight and at most
+    `window` events held; `write` gets each record in input order and returns False to stop early.
+    `on_keys` hears what each event's keys did (aliases read, conflicts, unknown keys); `key_noun`
+    is what the input calls them in messages ("column" for CSV)."""
     summary = BatchSummary()
     limit = asyncio.Semaphore(concurrency)
     # Entries are finished records (bad lines) or tasks, in input order: the reorder buffer.
@@ -244,12 +293,10 @@ async def score_lines(
             on_record(summary.events)
 
     try:
-        for line_no, raw in lines:
+        for raw in events:
             if stopped:
                 break
-            item = _prepare(line_no, raw, engine)
-            if item is None:
-                continue
+            item = _prepare(raw, engine, strict=strict, key_noun=key_noun, on_keys=on_keys)
             held.append(item if isinstance(item, dict) else asyncio.ensure_future(_limited(limit, item)))
             while held and (len(held) >= window or _ready(held[0])):
                 await emit_head()
@@ -274,21 +321,24 @@ async def _limited(limit: asyncio.Semaphore, work: Awaitable[dict[str, Any]]) ->
 
 
 def _prepare(
-    line_no: int, raw: bytes, engine: ContextPrecisionEngine
-) -> dict[str, Any] | Awaitable[dict[str, Any]] | None:
-    """A finished error record for a bad line, a coroutine that scores a good one, None to skip."""
+    raw: RawEvent,
+    engine: ContextPrecisionEngine,
+    *,
+    strict: bool = False,
+    key_noun: str = "key",
+    on_keys: KeyObserver | None = None,
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """A finished error record for an event that cannot be scored, or a coroutine that scores it."""
+    line_no = raw.line_no
+    if raw.error is not None:
+        return _bad_input(engine, f"line {line_no}: {raw.error}", raw.text, _loose_ids(raw.value))
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return _bad_input(engine, f"line {line_no}: not valid UTF-8 (byte {exc.start})", raw.hex()[:64])
-    if line_no == 1:
-        text = text.lstrip("\ufeff")  # editors on Windows start files with a byte-order mark
-    if not text.strip():
-        return None
-    try:
-        event = parse_rag_event_line(text, line_no)
+        parsed = parse_rag_event_with_notes(raw.value, strict=strict, key_noun=key_noun)
     except EventError as exc:
-        return _bad_input(engine, exc.message, text, _loose_ids(text))
+        return _bad_input(engine, f"line {line_no}: {exc.message}", raw.text, _loose_ids(raw.value))
+    if on_keys:
+        on_keys(line_no, parsed.notes)
+    event = parsed.event
     if not event.contexts:
         return _failure(engine, event, line_no, "no_contexts", NO_CONTEXT_MESSAGE, decision="no_contexts")
     return _score_event(engine, event, line_no)
@@ -340,6 +390,7 @@ def _event_fields(engine: ContextPrecisionEngine, event: RagEvent) -> dict[str, 
         "model": engine.model,
         "prompt_version": engine.prompt_version,
         "answer_source": "event" if event.output else "none",
+        "timestamp": event.timestamp,
     }
 
 
@@ -360,13 +411,9 @@ def _bad_input(
     )
 
 
-def _loose_ids(text: str) -> tuple[str, str, str]:
+def _loose_ids(obj: Any) -> tuple[str, str, str]:
     """Trace id, span id and service of an event that failed validation, when they are readable,
     so that its error record can still be joined to the trace."""
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return "", "", ""
     if not isinstance(obj, dict):
         return "", "", ""
     picked = [obj.get(name) for name in ("trace_id", "span_id", "service")]
@@ -383,36 +430,6 @@ def _event_record_id(event: RagEvent, fingerprint: str) -> str:
 
 
 # --- input, output, engine -------------------------------------------------------------------------
-
-
-def _open_input(path: str) -> IO[bytes]:
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a directory, expected a JSONL file of RAG events")
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-def _lines(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, raw in enumerate(source, start=1):
-        yield number, raw.rstrip(b"\r\n")
-
-
-def _count_lines(path: str) -> int | None:
-    """For the progress bar's ETA only: a fast pass over the bytes, never holding the file."""
-    try:
-        count = 0
-        last = b"\n"
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                count += chunk.count(b"\n")
-                last = chunk[-1:]
-        return count + (0 if last == b"\n" else 1)
-    except OSError:
-        return None
 
 
 class RecordSink:
@@ -496,6 +513,11 @@ class Progress:
         if now - self._drawn_at >= 0.1:
             self._drawn_at = now
             self._draw(now)
+
+    def clear(self) -> None:
+        """Blank the line so that other text can be written; the next update draws it again."""
+        self._stream.write("\r\x1b[K")
+        self._drawn_at = 0.0
 
     def finish(self) -> None:
         self._draw(time.monotonic())

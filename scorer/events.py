@@ -1,6 +1,11 @@
-"""RAG events: the JSON that `ctxprec score` reads line by line and that Kafka carries in format
-`rag_event` (SPEC.md section 3). Parsing is strict and every error names the field and what is
-wrong with it, so that one bad event can be reported without losing the others."""
+"""RAG events: the JSON that `ctxprec score` reads line by line (or row by row from CSV) and that
+Kafka carries in format `rag_event` (docs/FORMATS.md, "RAG event"). Parsing is strict and every
+error names the field and what is wrong with it, so that one bad event can be reported without
+losing the others.
+
+The field names of the datasets people already have (Ragas, DeepEval, question/answer/ground_truth)
+are accepted as aliases of the event's own names; `FIELD_ALIASES` is the one table of them, used by
+every reader (JSONL, CSV, Kafka) and listed in docs/BATCH.md."""
 from __future__ import annotations
 
 import json
@@ -13,7 +18,34 @@ from typing import Any
 _TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 _SPAN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
-# The fields an event may carry; anything else is ignored (producers add their own keys).
+# The fields an event may carry under their own names. Other keys are not an error (producers add
+# their own), but `ctxprec score` reports them: a misspelt field would otherwise vanish unnoticed.
+EVENT_FIELDS: tuple[str, ...] = (
+    "trace_id",
+    "span_id",
+    "service",
+    "query",
+    "contexts",
+    "output",
+    "expected_output",
+    "attributes",
+    "timestamp",
+)
+
+# Other names of event fields, in the order they are tried when several are present without the
+# event's own name. Ragas: user_input, retrieved_contexts, response, reference. DeepEval: input,
+# retrieval_context, actual_output (expected_output is already ours). Older RAG datasets:
+# question, answer, ground_truth (contexts is already ours).
+FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "query": ("user_input", "input", "question"),
+    "contexts": ("retrieved_contexts", "retrieval_context"),
+    "output": ("response", "actual_output", "answer"),
+    "expected_output": ("reference", "ground_truth"),
+}
+
+# alias -> the event field it stands for
+ALIAS_OF: dict[str, str] = {alias: name for name, aliases in FIELD_ALIASES.items() for alias in aliases}
+
 _OPTIONAL_TEXT = ("service", "output", "expected_output")
 
 
@@ -58,23 +90,126 @@ class RagEvent:
         return [c.content for c in self.contexts]
 
 
+@dataclass(slots=True)
+class RawEvent:
+    """One event as a file reader found it, before validation: the decoded object, or why it could
+    not be decoded (then `value` keeps what could be read, for the ids of its error record)."""
+
+    line_no: int  # where it starts in the file, 1-based
+    value: Any = None
+    error: str | None = None  # without the "line N: " prefix
+    text: str = ""  # the input as read; keys the record id of an event that cannot be read
+
+
+@dataclass(frozen=True, slots=True)
+class AliasConflict:
+    """Several names of one field in one event: `used` gave the value, `ignored` did not."""
+
+    event_field: str
+    used: str
+    ignored: tuple[str, ...]
+
+    def describe(self) -> str:
+        if self.used == self.event_field:
+            alias = "its alias" if len(self.ignored) == 1 else "its aliases"
+            return f"both '{self.event_field}' and {alias} {quoted(self.ignored)} are given"
+        return f"{quoted((self.used, *self.ignored))} all stand for '{self.event_field}'"
+
+
+def quoted(names: tuple[str, ...] | list[str], conjunction: str = "and") -> str:
+    """('a', 'b', 'c') -> "'a', 'b' and 'c'"."""
+    shown = [f"'{n}'" for n in names]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + f" {conjunction} " + shown[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyNotes:
+    """What the keys of one event said beyond its fields, for readers to report."""
+
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias, field) for each alias whose value was used
+    conflicts: tuple[AliasConflict, ...] = ()
+    unknown: tuple[str, ...] = ()  # keys that are neither a field nor an alias, in input order
+
+    def strict_problems(self, key_noun: str = "key") -> str:
+        """Why strict reading rejects the event, or "" when it does not. `key_noun` is what the
+        input calls a field name ("column" in CSV)."""
+        parts = []
+        if self.unknown:
+            parts.append(f"unknown {key_noun}{'s' if len(self.unknown) > 1 else ''} {quoted(self.unknown)}")
+        parts += [c.describe() for c in self.conflicts]
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    event: RagEvent
+    notes: KeyNotes
+
+
+def resolve_aliases(obj: dict[str, Any]) -> tuple[dict[str, Any], KeyNotes]:
+    """The event's fields under their own names, and what the keys said. A key whose value is null
+    counts as absent (as it does for the fields themselves), so it neither wins nor conflicts."""
+    fields: dict[str, Any] = {name: obj[name] for name in EVENT_FIELDS if name in obj}
+    used: list[tuple[str, str]] = []
+    conflicts: list[AliasConflict] = []
+    for name, aliases in FIELD_ALIASES.items():
+        given = [a for a in aliases if obj.get(a) is not None]
+        if not given:
+            continue
+        if obj.get(name) is not None:
+            conflicts.append(AliasConflict(name, name, tuple(given)))
+            continue
+        fields[name] = obj[given[0]]
+        used.append((given[0], name))
+        if len(given) > 1:
+            conflicts.append(AliasConflict(name, given[0], tuple(given[1:])))
+    unknown = tuple(k for k in obj if k not in ALIAS_OF and k not in EVENT_FIELDS)
+    return fields, KeyNotes(tuple(used), tuple(conflicts), unknown)
+
+
 def parse_rag_event(obj: Any) -> RagEvent:
-    """Validate a decoded JSON value as a RAG event. Raises EventError."""
+    """Validate a decoded JSON value as a RAG event, aliases accepted. Raises EventError."""
+    return parse_rag_event_with_notes(obj).event
+
+
+def parse_rag_event_with_notes(obj: Any, *, strict: bool = False, key_noun: str = "key") -> ParsedEvent:
+    """Validate a decoded JSON value as a RAG event and say what its keys did. With `strict`, an
+    unknown key or two names of one field make the event an error that names them."""
     if not isinstance(obj, dict):
         raise EventError(f"an event must be a JSON object, got {_json_type(obj)}")
+    fields, notes = resolve_aliases(obj)
+    problems = notes.strict_problems(key_noun) if strict else ""
+    if problems:
+        raise EventError(f"{problems} (strict mode)")
+    return ParsedEvent(_parse_fields(fields, _Names(dict((f, a) for a, f in notes.aliases))), notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """How errors name a field: as the input wrote it, so that a user of `retrieved_contexts`
+    is not told about a `contexts` key they never wrote."""
+
+    written: dict[str, str]  # field -> the alias it was read from
+
+    def __call__(self, name: str) -> str:
+        alias = self.written.get(name)
+        return f"'{alias}' (read as '{name}')" if alias else f"'{name}'"
+
+
+def _parse_fields(obj: dict[str, Any], label: _Names) -> RagEvent:
     for name in ("query", "contexts"):
         if name not in obj or obj[name] is None:
-            raise EventError(f"missing required field '{name}'")
+            raise EventError(f"missing required field '{name}' (or an alias: {quoted(FIELD_ALIASES[name], 'or')})")
     query = obj["query"]
     if not isinstance(query, str):
-        raise EventError(f"'query' must be a string, got {_json_type(query)}")
-    contexts = _parse_contexts(obj["contexts"])
+        raise EventError(f"{label('query')} must be a string, got {_json_type(query)}")
+    contexts = _parse_contexts(obj["contexts"], label("contexts"))
 
     texts: dict[str, str | None] = {}
     for name in _OPTIONAL_TEXT:
         value = obj.get(name)
         if value is not None and not isinstance(value, str):
-            raise EventError(f"'{name}' must be a string, got {_json_type(value)}")
+            raise EventError(f"{label(name)} must be a string, got {_json_type(value)}")
         texts[name] = value
 
     attributes = obj.get("attributes")
@@ -101,7 +236,7 @@ def parse_rag_event_line(line: str, line_no: int) -> RagEvent:
     try:
         obj = json.loads(line)
     except ValueError as exc:
-        raise EventError(f"line {line_no}: not valid JSON ({_json_error(exc)})") from None
+        raise EventError(f"line {line_no}: not valid JSON ({json_error_text(exc)})") from None
     except RecursionError:
         raise EventError(f"line {line_no}: not valid JSON (nested too deeply)") from None
     try:
@@ -110,32 +245,30 @@ def parse_rag_event_line(line: str, line_no: int) -> RagEvent:
         raise EventError(f"line {line_no}: {exc.message}") from None
 
 
-_CONTEXTS_SHAPE = "'contexts' must be a list of strings or objects with 'content'"
-
-
-def _parse_contexts(value: Any) -> list[EventContext]:
+def _parse_contexts(value: Any, label: str) -> list[EventContext]:
+    shape = f"{label} must be a list of strings or objects with 'content'"
     if not isinstance(value, list):
-        raise EventError(f"{_CONTEXTS_SHAPE}, got {_json_type(value)}")
+        raise EventError(f"{shape}, got {_json_type(value)}")
     out: list[EventContext] = []
     for i, item in enumerate(value):
         if isinstance(item, str):
             out.append(EventContext(content=item))
             continue
         if not isinstance(item, dict):
-            raise EventError(f"{_CONTEXTS_SHAPE}; item {i} is {_json_type(item)}")
+            raise EventError(f"{shape}; item {i} is {_json_type(item)}")
         content = item.get("content")
         if not isinstance(content, str):
             problem = "has no 'content'" if content is None else f"has 'content' of type {_json_type(content)}"
-            raise EventError(f"{_CONTEXTS_SHAPE}; item {i} {problem}")
+            raise EventError(f"{shape}; item {i} {problem}")
         doc_id = item.get("id")
         if doc_id is not None and (isinstance(doc_id, bool) or not isinstance(doc_id, (str, int))):
-            raise EventError(f"'contexts' item {i}: 'id' must be a string, got {_json_type(doc_id)}")
+            raise EventError(f"{label} item {i}: 'id' must be a string, got {_json_type(doc_id)}")
         score = item.get("score")
         if score is not None and (not _is_finite_number(score)):
-            raise EventError(f"'contexts' item {i}: 'score' must be a number, got {_json_type(score)}")
+            raise EventError(f"{label} item {i}: 'score' must be a number, got {_json_type(score)}")
         metadata = item.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
-            raise EventError(f"'contexts' item {i}: 'metadata' must be an object, got {_json_type(metadata)}")
+            raise EventError(f"{label} item {i}: 'metadata' must be an object, got {_json_type(metadata)}")
         out.append(
             EventContext(
                 content=content,
@@ -221,7 +354,8 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _json_error(exc: ValueError) -> str:
+def json_error_text(exc: ValueError) -> str:
+    """json's error, said as `message at column N`."""
     msg = getattr(exc, "msg", None)
     pos = getattr(exc, "colno", None)
     return f"{msg} at column {pos}" if msg and pos else str(exc)

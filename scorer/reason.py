@@ -52,6 +52,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _was(n: int) -> str:
+    """The verb agrees with the count it follows: "1 of 3 ... was", "2 of 3 ... were", "0 ... were"."""
+    return "was" if n == 1 else "were"
+
+
 def _ranks(label: str, ranks: Sequence[int]) -> str:
     return f"{label} {rank_list(ranks)}" if len(ranks) > 1 else f"{label.rstrip('s')} {ranks[0]}"
 
@@ -121,7 +126,7 @@ def build_reason(
     irrelevant = [v for v in verdicts if not v.relevant]
     k = summary.k
     if not relevant:
-        head = f"none of the {_plural(k, 'retrieved context')} was relevant to {target}" if k > 1 else (
+        head = f"none of the {_plural(k, 'retrieved context')} were relevant to {target}" if k > 1 else (
             f"the only retrieved context was not relevant to {target}"
         )
     elif not irrelevant:
@@ -130,9 +135,9 @@ def build_reason(
         )
     else:
         head = (
-            f"{len(relevant)} of {k} retrieved contexts were relevant to {target} "
+            f"{len(relevant)} of {k} retrieved contexts {_was(len(relevant))} relevant to {target} "
             f"({_ranks('ranks', [v.index + 1 for v in relevant])}) and {len(irrelevant)} "
-            f"{'was' if len(irrelevant) == 1 else 'were'} not ({_ranks('ranks', [v.index + 1 for v in irrelevant])})"
+            f"{_was(len(irrelevant))} not ({_ranks('ranks', [v.index + 1 for v in irrelevant])})"
         )
     sentences = [f"The score is {format_score(score)} because {head}."]
     if relevant:
@@ -143,7 +148,7 @@ def build_reason(
     if truncated_contexts:
         limit = f" to {max_context_chars} characters" if max_context_chars else ""
         sentences.append(
-            f"{_plural(truncated_contexts, 'context')} {'was' if truncated_contexts == 1 else 'were'} "
+            f"{_plural(truncated_contexts, 'context')} {_was(truncated_contexts)} "
             f"truncated{limit} before judging, so {'its' if truncated_contexts == 1 else 'their'} verdicts rest on the "
             "beginning of the text only."
         )

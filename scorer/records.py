@@ -1,5 +1,5 @@
-"""Score records (SPEC.md section 3): the JSON written by `ctxprec score`, the sidecar and the
-Kafka results topic. One builder so that all three write the same fields in the same order."""
+"""Score records (docs/FORMATS.md, "Score record"): the JSON written by `ctxprec score`, the sidecar
+and the Kafka results topic. One builder so that all three write the same fields in the same order."""
 from __future__ import annotations
 
 import hashlib
@@ -32,6 +32,7 @@ RECORD_FIELDS: tuple[str, ...] = (
     "decision",
     "error",
     "scored_at",
+    "timestamp",
 )
 JUDGE_FIELDS: tuple[str, ...] = (
     "model",
@@ -82,10 +83,12 @@ def score_record(
     decision: str = "evaluated",
     answer_source: str = "none",
     scored_at: datetime | None = None,
+    timestamp: str | None = None,
 ) -> dict[str, Any]:
     """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
     `answer_source` says where the answer judged against came from: `event` (the input carried
-    it), `llm_span` or `chain_output` (read from a trace), `none`."""
+    it), `llm_span` or `chain_output` (read from a trace), `none`. `timestamp` is when the sample
+    itself happened (the event's own time), as opposed to `scored_at`."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -108,6 +111,7 @@ def score_record(
         "decision": decision,
         "error": None,
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
+        "timestamp": timestamp,
     }
 
 
@@ -130,6 +134,7 @@ def failure_record(
     decision: str = "failed",
     answer_source: str = "none",
     scored_at: datetime | None = None,
+    timestamp: str | None = None,
 ) -> dict[str, Any]:
     """The record of a sample that got no score: every score field is null, `error` says why.
     `usage` keeps what the failed attempt still cost (tokens spent before the failure)."""
@@ -155,6 +160,7 @@ def failure_record(
         "decision": decision,
         "error": {"type": error_type, "message": message},
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
+        "timestamp": timestamp,
     }
 
 
@@ -173,7 +179,7 @@ def judge_block(usage: JudgeUsage, *, model: str = "", prompt_version: str = "")
 
 
 def _plain_number(value: float) -> float | int:
-    """1.0 -> 1 so that records read `"scale": 1` as in SPEC.md; other values untouched."""
+    """1.0 -> 1 so that records read `"scale": 1` as docs/FORMATS.md shows; other values untouched."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     return value

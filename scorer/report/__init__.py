@@ -1,4 +1,5 @@
-"""`ctxprec report SCORES.jsonl -o REPORT.html`: score records as one self-contained HTML page."""
+"""`ctxprec report SCORES.jsonl -o REPORT.html`: score records as one self-contained HTML page.
+Exit status: 0 written, 1 no score records in the input (the page says so), 2 usage error."""
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
         first = loaded.problems[0]
         sys.stderr.write(f"ctxprec report: skipped {loaded.problem_count} line(s) that are not score records (first: {first})\n")
     if not loaded.records:
-        sys.stderr.write(f"ctxprec report: no score records in {source}; the report says so\n")
+        # Nothing to report is a failure a script must see (a wrong path, the events file instead
+        # of the scores); the page is still written so that a published link says why.
+        read = f"{loaded.lines} line(s) read" if loaded.lines else "the file is empty"
+        sys.stderr.write(
+            f"ctxprec report: error: no score records in {source} ({read}); make them with "
+            f"'ctxprec score EVENTS -o SCORES.jsonl'. Wrote {target}, which says so.\n"
+        )
+        return 1
     sys.stderr.write(f"ctxprec report: {data.total} records ({data.scored} scored, {data.failed} failed) -> {target}\n")
     return 0
 

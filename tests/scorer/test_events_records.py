@@ -1,4 +1,4 @@
-"""RAG event parsing (SPEC.md section 3) and the score record format."""
+"""RAG event parsing and the score record format (docs/FORMATS.md)."""
 from __future__ import annotations
 
 import json
@@ -116,7 +116,7 @@ def test_line_errors_carry_the_line_number() -> None:
     assert caught.value.message.startswith("line 7: not valid JSON")
     with pytest.raises(EventError) as caught:
         parse_rag_event_line('{"contexts": ["a"]}', 12)
-    assert caught.value.message == "line 12: missing required field 'query'"
+    assert caught.value.message == "line 12: missing required field 'query' (or an alias: 'user_input', 'input' or 'question')"
     assert parse_rag_event_line(json.dumps(full_event()), 1).service == "support-bot"
 
 
@@ -150,6 +150,7 @@ def test_score_record_has_the_spec_fields_in_order() -> None:
         retriever="kb",
         sample_rate=0.1,
         scored_at=moment,
+        timestamp="2026-11-28T09:30:00Z",
     )
     assert tuple(record) == RECORD_FIELDS
     assert tuple(record["judge"]) == JUDGE_FIELDS
@@ -171,6 +172,7 @@ def test_score_record_has_the_spec_fields_in_order() -> None:
     }
     assert (record["decision"], record["error"], record["sample_rate"]) == ("evaluated", None, 0.1)
     assert record["scored_at"] == "2026-11-29T12:00:00.123Z"
+    assert record["timestamp"] == "2026-11-28T09:30:00Z"  # the event's own time, as it gave it
     # The record is plain JSON.
     assert json.loads(json.dumps(record)) == record
 
@@ -193,6 +195,22 @@ def test_failure_record_nulls_the_score_and_says_why() -> None:
     assert record["decision"] == "failed" and record["k"] == 4 and record["scale"] == 10
     assert record["judge"]["model"] == "openai/x" and record["judge"]["calls"] == 0
     assert RFC3339_MS.match(record["scored_at"])
+    assert record["timestamp"] is None  # no event time given
+
+
+# The published order (docs/FORMATS.md): consumers diff and grep records, so keys are only ever
+# appended, never moved.
+PUBLISHED_ORDER = (
+    "id", "trace_id", "span_id", "service", "retriever", "score", "scale", "reason", "verdicts",
+    "precision_at_k", "hit", "first_relevant_rank", "relevant_count", "k", "reference_kind",
+    "answer_source", "judge", "sample_rate", "decision", "error", "scored_at", "timestamp",
+)
+
+
+def test_record_fields_keep_their_order_with_timestamp_after_scored_at() -> None:
+    assert RECORD_FIELDS == PUBLISHED_ORDER
+    record = score_record(make_result(), record_id="rid")
+    assert tuple(record) == PUBLISHED_ORDER and record["timestamp"] is None
 
 
 def test_record_id_is_a_stable_idempotency_key() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -266,12 +267,20 @@ def test_bad_lines_are_listed_and_the_rest_reported(tmp_path: Path, capsys: pyte
     assert "skipped 3 line(s)" in err and "line 2" in err
 
 
-def test_empty_input_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_empty_input_says_so_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, page, _, err = render(tmp_path, [], capsys)
-    assert rc == 0
+    assert rc == 1
     assert "No score records found" in page.text("empty")
     assert "distribution" not in page.sections
-    assert "no score records" in err
+    assert "ctxprec report: error: no score records in" in err and "the file is empty" in err
+
+
+def test_events_instead_of_scores_exit_1_naming_the_mistake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, page, _, err = render(tmp_path, [{"query": "q", "contexts": ["a"]}, "", {"query": "r", "contexts": []}], capsys)
+    assert rc == 1
+    assert "line 1: this is a RAG event, not a score record" in err
+    assert "no score records in" in err and "3 line(s) read" in err
+    assert "No score records found" in page.text("empty")
 
 
 def test_missing_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -291,3 +300,34 @@ def test_report_through_the_console_script(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     page = parse(target.read_text(encoding="utf-8"))
     assert "3 records" in page.text("summary")
+
+
+def test_time_axis_spans_the_events_timestamps(tmp_path: Path) -> None:
+    """Events from five days, scored in one run through the console scripts: the chart runs from
+    the first day to the last, not over the second in which they were scored."""
+    # Long before any clock this runs on, so that scored_at can never fall among them.
+    days = [datetime(2024, 3, 1, tzinfo=timezone.utc) + timedelta(days=d) for d in range(5)]
+    events = [
+        {"query": f"How long do reset links last? ({i})", "contexts": ["Reset links expire after one hour.", "Office hours."],
+         "output": "They expire after one hour.", "timestamp": day.isoformat().replace("+00:00", "Z")}
+        for i, day in enumerate(days)
+    ]
+    source = write_jsonl(tmp_path / "events.jsonl", events)
+    scores, target = tmp_path / "scores.jsonl", tmp_path / "report.html"
+    script = str(Path(sys.executable).with_name("ctxprec"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPREC_")}
+    for argv in (["score", str(source), "-o", str(scores)], ["report", str(scores), "-o", str(target)]):
+        done = subprocess.run([script, *argv], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+
+    records = [json.loads(line) for line in scores.read_text(encoding="utf-8").splitlines()]
+    assert [r["timestamp"] for r in records] == [e["timestamp"] for e in events]
+    page = parse(target.read_text(encoding="utf-8"))
+    over_time = page.text("over-time")
+    points = page.sections["over-time"]["points"]
+    assert len(points) == len(days)  # one bucket per day, not one dot for the whole run
+    first, last = (d.strftime("%Y-%m-%d %H:%M:%S UTC") for d in (days[0], days[-1]))
+    assert first in over_time and last in over_time  # the axis labels are the events' first and last times
+    assert "event timestamp" in over_time
+    scored_on = records[0]["scored_at"][:10]
+    assert all(scored_on not in label for label in (first, last))

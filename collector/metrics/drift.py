@@ -133,6 +133,10 @@ class MetricsSink:
         self._precision_at_k = Children(metrics.precision_at_k)
         self._rank_judged = Children(metrics.rank_judged)
         self._reference_kind = Children(metrics.reference_kind)
+        self._weight = Children(metrics.precision_weight)
+        self._weighted_sum = Children(metrics.precision_weighted_sum)
+        self._weighted_squares = Children(metrics.precision_weighted_squares)
+        self._weight_squares = Children(metrics.precision_weight_squares)
 
     def emit(self, outcome: Outcome) -> None:
         m = self.metrics
@@ -155,6 +159,16 @@ class MetricsSink:
         rank_judged = self._rank_judged
         for verdict in result.verdicts:
             rank_judged(service, rank_label(verdict.index + 1), "true" if verdict.relevant else "false").inc()
+        self._observe_weighted(service, retriever, score, r.sample_rate)
         self.drift.update(service, score)
+
+    def _observe_weighted(self, service: str, retriever: str, score: float, sample_rate: float) -> None:
+        # A score taken at rate p stands for 1/p retrievals (Horvitz-Thompson); a rate that is
+        # not a probability (unset, 0) counts once rather than dividing by zero.
+        weight = 1.0 / sample_rate if 0.0 < sample_rate <= 1.0 else 1.0
+        self._weight(service, retriever).inc(weight)
+        self._weighted_sum(service, retriever).inc(weight * score)
+        self._weighted_squares(service, retriever).inc(weight * score * score)
+        self._weight_squares(service, retriever).inc(weight * weight)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics, rank_label
@@ -61,6 +62,16 @@ class DriftDetector:
     def warmed_up(self) -> bool:
         return self.count >= self.settings.warmup
 
+    @property
+    def statistic(self) -> float:
+        """The larger CUSUM sum as a fraction of the alarm threshold h: the alarm rises past 1.
+        0 during warm-up. Lets others (adaptive sampling) act on a drift before it is an alarm."""
+        if not self.warmed_up:
+            return 0.0
+        s = self.settings
+        h = s.threshold * self.sigma / math.sqrt(s.batch)
+        return max(self.down, self.up) / h
+
     def update(self, x: float) -> bool:
         """Feed one score on 0..1; returns whether the detector is alarmed after it."""
         s = self.settings
@@ -98,13 +109,18 @@ class DriftDetector:
             self.alarmed = False
 
 
+DriftObserver = Callable[[str, DriftDetector], None]
+
+
 class DriftMonitor:
-    """One detector per (capped) service label, mirrored into the precision gauges."""
+    """One detector per (capped) service label, mirrored into the precision gauges. Each
+    observer is called with the label and its detector after every score (adaptive sampling)."""
 
     def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None) -> None:
         self.metrics = metrics
         self.settings = settings or DriftSettings()
         self.detectors: dict[str, DriftDetector] = {}
+        self.observers: list[DriftObserver] = []
         if metrics is not None:
             self._recent = Children(metrics.precision_recent)
             self._baseline = Children(metrics.precision_baseline)
@@ -120,6 +136,8 @@ class DriftMonitor:
             if detector.warmed_up:
                 self._baseline(service_label).set(detector.baseline)
             self._drift(service_label).set(1 if alarmed else 0)
+        for observe in self.observers:
+            observe(service_label, detector)
         return alarmed
 
 

@@ -37,6 +37,9 @@ from ctxprec.collector.sampling.sampler import SampleDecision, Sampler, below_ra
 
 Clock = Callable[[], float]
 RateListener = Callable[[str, float], None]
+# Services tracked at most (each is a few dozen bytes); names beyond never boost. The usual key
+# is the capped metrics label, which stays far below this.
+MAX_TRACKED = 10_000
 
 
 class DriftState(Protocol):
@@ -111,6 +114,7 @@ class AdaptiveSampler:
         self._kept: OrderedDict[int, float] = OrderedDict()  # trace hash -> head rate it was kept at
         self._listeners: list[RateListener] = []
         self._published: dict[str, float] = {}
+        self.generation = 0  # +1 on every change of a published rate: caches of thresholds compare it
 
     # -- the Sampler's interface --
 
@@ -153,7 +157,9 @@ class AdaptiveSampler:
 
     def subscribe(self, listener: RateListener) -> None:
         """`listener(key, rate)` is called when a service is first seen and whenever its rate
-        changes: set the gauge, drop a cached threshold (the Kafka peek)."""
+        changes (the gauge). A cache of thresholds (the Kafka peek) must be dropped on every
+        change, synchronously, or compare `generation` before each use: a head decision taken
+        at a stale lower rate that the sampler does not know of would bias the weights."""
         self._listeners.append(listener)
         for key, rate in self._published.items():
             listener(key, rate)
@@ -164,6 +170,8 @@ class AdaptiveSampler:
             return
         boost = self._boosts.get(key)
         if boost is None:
+            if len(self._boosts) >= MAX_TRACKED:
+                return
             boost = self._boosts[key] = ServiceBoost(service=key)
         s = self.settings
         statistic, alarmed = detector.statistic, detector.alarmed
@@ -196,6 +204,8 @@ class AdaptiveSampler:
         key = self._key(service)
         boost = self._boosts.get(key)
         if boost is None:
+            if len(self._boosts) >= MAX_TRACKED:
+                return False
             boost = self._boosts[key] = ServiceBoost(service=service)
             self._publish(key, boost)
         elif boost.service != service:
@@ -214,6 +224,7 @@ class AdaptiveSampler:
         if self._published.get(key) == rate:
             return
         self._published[key] = rate
+        self.generation += 1
         for listener in self._listeners:
             listener(key, rate)
 

@@ -190,6 +190,21 @@ def test_gauge_follows_the_rate_through_subscribe() -> None:
     assert 'ctxprec_sample_rate{service="search"} 0.01' in text
 
 
+def test_generation_moves_with_every_rate_change_only() -> None:
+    adaptive = _sampler()
+    detector = FakeDetector()
+    adaptive.decide("ab" * 16, "shop", {})
+    seen = adaptive.generation
+    adaptive.observe("shop", detector)
+    assert adaptive.generation == seen  # no change of rate
+    detector.statistic = 0.5
+    adaptive.observe("shop", detector)
+    assert adaptive.generation == seen + 1
+    detector.statistic = 0.0
+    adaptive.observe("shop", detector)
+    assert adaptive.generation == seen + 2
+
+
 def test_drift_monitor_hook_boosts_the_drifting_service_only() -> None:
     rng = random.Random(8)
     monitor = DriftMonitor(None)

@@ -10,19 +10,18 @@ import pytest
 from ctxprec.collector.metrics.confidence import WeightedSums
 from ctxprec.collector.metrics.drift import MetricsSink
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.scoring.workers import ScoreOutcome
+from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
 from ctxprec.scorer.result import ScoreResult, Verdict
 
 
 def _outcome(score: float, rate: float, *, scale: float = 1.0, service: str = "shop",
-             retriever: str = "kb") -> ScoreOutcome:
+             retriever: str = "kb") -> Outcome:
     retrieval = Retrieval(trace_id="ab" * 16, span_id="cd" * 8, service=service, query="q",
                           contexts=[RetrievedContext("c")], retriever=retriever, sample_rate=rate)
     result = ScoreResult(score=score * scale, reason="", verdicts=[Verdict(0, score > 0.5, "")],
                          precision_at_k=score, hit=score > 0, first_relevant_rank=1, relevant_count=1, k=1,
                          scale=scale, reference_kind="output")
-    return ScoreOutcome(retrieval, Decision.EVALUATED, result, None, {})
+    return Outcome(retrieval, Decision.EVALUATED, result, None, {})
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -87,6 +86,7 @@ def test_failed_outcomes_and_bad_rates_do_not_skew_the_sums() -> None:
     failed = _outcome(0.0, 0.1)
     failed.decision = Decision.FAILED
     sink.emit(failed)
+    sink.emit(Outcome(failed.retrieval, Decision.NOT_SAMPLED))  # every decision reaches the sinks
     assert metrics.registry.get_sample_value(
         "ctxprec_context_precision_weight_total", {"service": "shop", "retriever": "kb"}) is None
     sink.emit(_outcome(0.8, 0.0))  # a rate that is no probability counts once, never divides by 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -115,8 +116,6 @@ class Stream:
 
 
 def streams(n: int) -> tuple[list[Stream], list[Stream]]:
-    import random
-
     drift = []
     for seed in range(n):
         rng = random.Random(10_000 + seed)
@@ -167,8 +166,6 @@ def river_factories() -> dict[str, Callable[[], RiverDetector]]:
 
 
 def run_stream(stream: Stream, config: Config, *, with_river: bool, settings: AdaptiveSettings) -> StreamRun:
-    import random
-
     pre, post = MIX_BEFORE, MIX_AFTER
     change = stream.change_at if stream.change_at is not None else float("inf")
     clock_now = [0.0]

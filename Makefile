@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 # Test-only environments of their own: the framework apps (their instrumentors patch classes
@@ -31,6 +32,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test]' -c $(CONSTRAINTS)
+	touch $@
+
+$(BENCH_STAMP): $(TEST_STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $@
 
 $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
@@ -68,7 +73,7 @@ test: test-deps
 test-fast: $(TEST_STAMP)
 	$(PYTEST) -m "not slow" -n auto $(PYTEST_ARGS)
 
-bench: $(TEST_STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:

@@ -43,6 +43,7 @@ class Panel:
     minmax: tuple[float, float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _variables(with_retriever: bool) -> list[dict[str, Any]]:
@@ -82,7 +83,7 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
     return {
         "id": pid, "type": panel.kind, "title": panel.title, "description": panel.description,
         "datasource": DS, "gridPos": {"x": x, "y": y, "w": panel.w, "h": panel.h},
-        "targets": targets, "fieldConfig": {"defaults": defaults, "overrides": []},
+        "targets": targets, "fieldConfig": {"defaults": defaults, "overrides": panel.overrides},
         "options": panel.extra,
     }
 
@@ -119,6 +120,41 @@ _DRIFT_MAPPING = [{"type": "value", "options": {
     "1": {"text": "DRIFT", "color": "red", "index": 1}}}]
 
 
+def _line_style(pattern: str, dash: list[int], width: int = 1) -> dict[str, Any]:
+    """Series whose legend matches `pattern` drawn as thin dashed lines (band edges, baselines)."""
+    return {"matcher": {"id": "byRegexp", "options": pattern}, "properties": [
+        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": dash}},
+        {"id": "custom.lineWidth", "value": width}]}
+
+
+def _band_panel() -> Panel:
+    # One line per service/retriever for the mean and dashed lines for its band: Grafana can only
+    # shade between two named series, and the names here depend on the variables.
+    return Panel("Context precision with its 95% band (1h)", "timeseries", [
+        Target(f"ctxprec:context_precision_ci95_high:1h{{{SVC_RET}}}", "{{service}}/{{retriever}} 95% high"),
+        Target(f"ctxprec:context_precision_mean:1h{{{SVC_RET}}}", "{{service}}/{{retriever}} mean (1h)"),
+        Target(f"ctxprec:context_precision_ci95_low:1h{{{SVC_RET}}}", "{{service}}/{{retriever}} 95% low"),
+        Target(f"ctxprec:context_precision_ci95_low:7d{{{SVC_RET}}}", "{{service}}/{{retriever}} baseline low (7d)"),
+    ], w=16, h=9, unit="percentunit", minmax=(0, 1), extra=_LEGEND,
+        overrides=[_line_style(".* 95% (high|low)$", [6, 4]), _line_style(".* baseline low \\(7d\\)$", [2, 4])],
+        description="Mean precision of the traffic (scores weighted by 1 / sample rate) and its 95% "
+                    "confidence band, over the last hour. CtxprecPrecisionDrop fires when the band's top "
+                    "stays under the 7-day baseline's bottom (dotted) with at least 30 effective scores. "
+                    "docs/STATISTICS.md says how the band is computed.")
+
+
+def _n_eff_panel() -> Panel:
+    return Panel("Effective number of scores (1h)", "stat",
+                 [Target(f"ctxprec:context_precision_n_eff:1h{{{SVC_RET}}}", "{{service}}/{{retriever}}", instant=True)],
+                 w=8, h=9, unit="short",
+                 description="Kish's effective sample size behind the 1h estimate: (sum of weights)^2 / "
+                             "sum of squared weights. Below 30 the drop alert stays silent.",
+                 extra={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": "background", "graphMode": "area", "textMode": "value_and_name"},
+                 defaults={"decimals": 0, "thresholds": {"mode": "absolute", "steps": [
+                     {"color": "orange", "value": None}, {"color": "green", "value": 30}]}})
+
+
 def overview() -> dict[str, Any]:
     panels = [
         Panel("Context precision now (5m)", "stat",
@@ -148,12 +184,14 @@ def overview() -> dict[str, Any]:
             Target(f"service_retriever:ctxprec_context_precision:mean1h{{{SVC_RET}}}", "{{service}}/{{retriever}} (1h)"),
             Target(f"service_retriever:ctxprec_context_precision:mean7d{{{SVC_RET}}}", "{{service}}/{{retriever}} baseline (7d)"),
         ], w=16, h=9, unit="percentunit", minmax=(0, 1), extra=_LEGEND,
-            description="Mean precision from the histogram (_sum/_count) across replicas; "
-                        "the alert CtxprecPrecisionDrop fires when the 1h mean falls 15% below the 7d mean."),
+            description="Mean precision of the scored sample, from the histogram (_sum/_count) across "
+                        "replicas. The band panel below weights each score by its sample rate."),
         Panel("Firing ctxprec alerts", "table",
               [Target('ALERTS{alertname=~"Ctxprec.*", alertstate="firing"}', instant=True, fmt="table")],
               w=8, h=9, extra={"showHeader": True, "cellHeight": "sm"},
               description="Alerts from deploy/prometheus/rules currently firing."),
+        _band_panel(),
+        _n_eff_panel(),
         Panel("Precision distribution", "heatmap",
               [Target(f"sum by (le) (increase(ctxprec_context_precision_bucket{{{SVC_RET}}}[$__rate_interval]))",
                       "{{le}}", fmt="heatmap")],

@@ -20,7 +20,7 @@ floored at `min_sigma`: k and h scale with it and the false-alarm rate stays low
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Callable
 
 from ctxprec.collector.config_types import Count, Positive, Rate, setting
 from ctxprec.collector.metrics.children import Children
@@ -75,6 +75,16 @@ class DriftDetector:
     def warmed_up(self) -> bool:
         return self.count >= self.settings.warmup
 
+    @property
+    def statistic(self) -> float:
+        """The larger CUSUM sum as a fraction of the alarm threshold h: the alarm rises past 1.
+        0 during warm-up. Lets others (adaptive sampling) act on a drift before it is an alarm."""
+        if not self.warmed_up:
+            return 0.0
+        s = self.settings
+        h = s.threshold * self.sigma / math.sqrt(s.batch)
+        return max(self.down, self.up) / h
+
     def update(self, x: float) -> bool:
         """Feed one score on 0..1; returns whether the detector is alarmed after it."""
         s = self.settings
@@ -112,13 +122,18 @@ class DriftDetector:
             self.alarmed = False
 
 
+DriftObserver = Callable[[str, DriftDetector], None]
+
+
 class DriftMonitor:
-    """One detector per (capped) service label, mirrored into the precision gauges."""
+    """One detector per (capped) service label, mirrored into the precision gauges. Each
+    observer is called with the label and its detector after every score (adaptive sampling)."""
 
     def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None) -> None:
         self.metrics = metrics
         self.settings = settings or DriftSettings()
         self.detectors: dict[str, DriftDetector] = {}
+        self.observers: list[DriftObserver] = []
         if metrics is not None:
             self._recent = Children(metrics.precision_recent)
             self._baseline = Children(metrics.precision_baseline)
@@ -134,6 +149,8 @@ class DriftMonitor:
             if detector.warmed_up:
                 self._baseline(service_label).set(detector.baseline)
             self._drift(service_label).set(1 if alarmed else 0)
+        for observe in self.observers:
+            observe(service_label, detector)
         return alarmed
 
 
@@ -147,6 +164,10 @@ class MetricsSink:
         self._precision_at_k = Children(metrics.precision_at_k)
         self._rank_judged = Children(metrics.rank_judged)
         self._reference_kind = Children(metrics.reference_kind)
+        self._weight = Children(metrics.precision_weight)
+        self._weighted_sum = Children(metrics.precision_weighted_sum)
+        self._weighted_squares = Children(metrics.precision_weighted_squares)
+        self._weight_squares = Children(metrics.precision_weight_squares)
 
     def emit(self, outcome: Outcome) -> None:
         m = self.metrics
@@ -169,6 +190,16 @@ class MetricsSink:
         rank_judged = self._rank_judged
         for verdict in result.verdicts:
             rank_judged(service, rank_label(verdict.index + 1), "true" if verdict.relevant else "false").inc()
+        self._observe_weighted(service, retriever, score, r.sample_rate)
         self.drift.update(service, score)
+
+    def _observe_weighted(self, service: str, retriever: str, score: float, sample_rate: float) -> None:
+        # A score taken at rate p stands for 1/p retrievals (Horvitz-Thompson); a rate that is
+        # not a probability (unset, 0) counts once rather than dividing by zero.
+        weight = 1.0 / sample_rate if 0.0 < sample_rate <= 1.0 else 1.0
+        self._weight(service, retriever).inc(weight)
+        self._weighted_sum(service, retriever).inc(weight * score)
+        self._weighted_squares(service, retriever).inc(weight * score * score)
+        self._weight_squares(service, retriever).inc(weight * weight)
 
 

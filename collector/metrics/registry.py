@@ -95,6 +95,26 @@ class Metrics:
         self.build_info = Gauge("ctxprec_build_info", "Build information.", ["version"], registry=r)
         self.build_info.labels(version=version).set(1)
 
+        # -- population estimates from sampled scores (docs/STATISTICS.md) --
+        # Each score counts 1/rate times, so a service whose routes are sampled at different
+        # rates averages over its traffic, not over its sample; the squares give the spread and
+        # Kish's effective sample size, hence the recorded confidence bands.
+        self.precision_weight = Counter(
+            "ctxprec_context_precision_weight", "Sum of weights (1 / sample rate) of scored retrievals.",
+            ["service", "retriever"], registry=r)
+        self.precision_weighted_sum = Counter(
+            "ctxprec_context_precision_weighted_sum", "Sum of weight * normalised score.",
+            ["service", "retriever"], registry=r)
+        self.precision_weighted_squares = Counter(
+            "ctxprec_context_precision_weighted_squares", "Sum of weight * normalised score squared.",
+            ["service", "retriever"], registry=r)
+        self.precision_weight_squares = Counter(
+            "ctxprec_context_precision_weight_squares", "Sum of squared weights (for the effective sample size).",
+            ["service", "retriever"], registry=r)
+        self.sample_rate = Gauge(
+            "ctxprec_sample_rate", "Sample rate in force per service (raised while drift is suspected).",
+            ["service"], registry=r)
+
         # -- operational counters beyond the SPEC table (kept few, bounded labels) --
         self.receiver_errors = Counter(
             "ctxprec_receiver_errors", "Rejected input, by receiver and reason.", ["receiver", "reason"], registry=r)

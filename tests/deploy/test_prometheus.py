@@ -33,7 +33,7 @@ def _alerts() -> list[dict]:
 def test_promtool_check_config() -> None:
     done = _promtool("check", "config", "prometheus.yml")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 rule files found" in done.stdout + done.stderr
+    assert "3 rule files found" in done.stdout + done.stderr
 
 
 def test_promtool_check_rules() -> None:

@@ -1,0 +1,53 @@
+"""A one-line summary per minute of what the sidecar did, so that its log alone shows it working:
+spans received, retrievals evaluated and failed, and the mean score per service."""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Callable
+
+from ctxprec.collector.model import Decision, Outcome
+
+log = logging.getLogger("ctxprec.activity")
+
+
+class ActivityLog:
+    """A `ResultSink`; `tick()` (once a minute) writes the line for the minute that ended."""
+
+    def __init__(self, spans_received: Callable[[], float], logger: logging.Logger = log) -> None:
+        """`spans_received()` returns the total spans received so far (all receivers)."""
+        self._spans_received = spans_received
+        self._logger = logger
+        self._spans_before = spans_received()
+        self._evaluated = 0
+        self._failed = 0
+        self._other = 0
+        self._scores: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # service -> [sum, n]
+
+    def emit(self, outcome: Outcome) -> None:
+        if outcome.decision is Decision.EVALUATED and outcome.result is not None:
+            self._evaluated += 1
+            tally = self._scores[outcome.retrieval.service or "unknown"]
+            tally[0] += outcome.result.normalized_score
+            tally[1] += 1
+        elif outcome.decision is Decision.FAILED:
+            self._failed += 1
+        else:
+            self._other += 1
+
+    def tick(self) -> str:
+        """Logs and returns the line for the minute that ended, then starts a new one."""
+        spans = self._spans_received()
+        received = int(spans - self._spans_before)
+        self._spans_before = spans
+        means = ", ".join(f"{service} {total / n:.2f}" for service, (total, n) in sorted(self._scores.items()))
+        line = (f"last minute: {received:,} spans received, {self._evaluated:,} retrievals evaluated, "
+                f"{self._failed:,} failed, {self._other:,} decided without scoring"
+                + (f"; mean score {means}" if means else ""))
+        self._logger.info(line, extra={"fields": {
+            "spans_received": received, "evaluated": self._evaluated, "failed": self._failed,
+            "not_scored": self._other,
+            "mean_score": {service: round(total / n, 4) for service, (total, n) in self._scores.items()}}})
+        self._evaluated = self._failed = self._other = 0
+        self._scores.clear()
+        return line

@@ -23,6 +23,7 @@ from ctxprec.collector.exporters.attributes import ScorerIdentity, failure_attri
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Retrieval
 from ctxprec.collector.sampling.decide import DailyBudget, DecisionRecorder
+from ctxprec.scorer.documents import identity
 from ctxprec.scorer.judge.chat import JudgeError
 from ctxprec.scorer.records import failure_record, record_id, score_record
 from ctxprec.scorer.result import ScoreResult
@@ -134,7 +135,7 @@ class ScoringWorkers:
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), document_ids=[identity(c) for c in r.contexts])
         attrs = score_attributes(result, self.identity, sample_rate=r.sample_rate, answer_source=r.answer_source,
                                  answer_clean=r.answer_clean)
         if self.budget is not None:

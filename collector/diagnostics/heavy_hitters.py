@@ -1,0 +1,134 @@
+"""Space-Saving (Metwally, Agrawal and El Abbadi, 2005): the most frequent keys of a stream in a
+fixed number of slots.
+
+Each slot holds a key, its count and an error. A key already held has its count raised by one; a
+new key, when every slot is taken, replaces the key with the smallest count and inherits that
+count (plus one) as its count and the old count as its error. With `slots` = m over a stream of N
+increments:
+
+- a held key's true count lies in [count - error, count];
+- the smallest held count (the floor) is at most N / m, and any key whose true count exceeds the
+  floor is held: a key that makes up more than 1/m of the stream is never lost;
+- the first n keys by count are exactly the true top n (as a set) when the n-th key's lower
+  bound, count - error, is at least the (n+1)-th key's count.
+
+The slots are kept in buckets by count (the "stream summary"), so an increment, an insertion and
+an eviction each cost a few dict operations, whatever m is. Among keys at the floor, the one that
+has sat there longest is evicted first."""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class Slot(Generic[T]):
+    """A held key. `data` is the caller's payload, created fresh whenever the slot changes key."""
+
+    __slots__ = ("key", "count", "error", "data")
+
+    def __init__(self, key: str, count: int, error: int, data: T) -> None:
+        self.key = key
+        self.count = count
+        self.error = error
+        self.data = data
+
+    @property
+    def lower_bound(self) -> int:
+        """The count observed since this key took the slot: its true count is at least this."""
+        return self.count - self.error
+
+
+class SpaceSaving(Generic[T]):
+    def __init__(self, slots: int, payload: Callable[[], T]) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.capacity = slots
+        self._payload = payload
+        self._slots: dict[str, Slot[T]] = {}
+        # count -> the slots with that count, oldest arrival first (dicts keep insertion order).
+        self._buckets: dict[int, dict[str, Slot[T]]] = {}
+        self._floor = 0  # smallest count held; 0 while no key is held
+        self.total = 0  # N: increments seen
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._slots
+
+    def get(self, key: str) -> Slot[T] | None:
+        return self._slots.get(key)
+
+    @property
+    def floor(self) -> int:
+        """Any key not held was counted at most this many times (0 until every slot is taken:
+        until then every key ever counted is held)."""
+        return self._floor if len(self._slots) >= self.capacity else 0
+
+    def increment(self, key: str) -> Slot[T]:
+        """Count one occurrence of `key`; returns its slot."""
+        self.total += 1
+        slot = self._slots.get(key)
+        if slot is not None:
+            self._move(slot, slot.count + 1)
+            return slot
+        if len(self._slots) < self.capacity:
+            slot = Slot(key, 1, 0, self._payload())
+            self._slots[key] = slot
+            self._bucket_add(slot)
+            self._floor = 1
+            return slot
+        floor = self._floor
+        bucket = self._buckets[floor]
+        victim_key = next(iter(bucket))
+        del bucket[victim_key]
+        del self._slots[victim_key]
+        if not bucket:
+            del self._buckets[floor]
+            self._floor = floor + 1  # the newcomer lands at floor + 1, so that is the new floor
+        self.evictions += 1
+        slot = Slot(key, floor + 1, floor, self._payload())
+        self._slots[key] = slot
+        self._bucket_add(slot)
+        return slot
+
+    def _move(self, slot: Slot[T], count: int) -> None:
+        old = slot.count
+        bucket = self._buckets[old]
+        del bucket[slot.key]
+        if not bucket:
+            del self._buckets[old]
+            if old == self._floor:
+                self._floor = count
+        slot.count = count
+        self._bucket_add(slot)
+
+    def _bucket_add(self, slot: Slot[T]) -> None:
+        bucket = self._buckets.get(slot.count)
+        if bucket is None:
+            self._buckets[slot.count] = {slot.key: slot}
+        else:
+            bucket[slot.key] = slot
+
+    def __iter__(self) -> Iterator[Slot[T]]:
+        return iter(self._slots.values())
+
+    def top(self, n: int) -> list[Slot[T]]:
+        """The n slots with the highest counts; ties go to the smaller error (the surer count)."""
+        if n <= 0:
+            return []
+        ordered = sorted(self._slots.values(), key=lambda s: (-s.count, s.error, s.key))
+        return ordered[:n]
+
+    def exact_top(self, n: int) -> bool:
+        """Whether `top(n)` is, as a set, the true top n (the guarantee above). Trivially true
+        while no key was ever evicted, as every count is then exact."""
+        if n <= 0 or self.evictions == 0:
+            return True
+        ordered = self.top(n + 1)
+        if len(ordered) <= n:  # fewer slots than n: keys were lost and could belong in the top n
+            return False
+        # Keys not held were counted at most floor <= ordered[n].count times, so they are covered too.
+        return ordered[n - 1].lower_bound >= ordered[n].count

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics, rank_label
@@ -105,10 +105,14 @@ class DriftDetector:
 class DriftMonitor:
     """One detector per (capped) service label, mirrored into the precision gauges."""
 
-    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None) -> None:
+    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None,
+                 on_alarm: Callable[[str], None] | None = None) -> None:
         self.metrics = metrics
         self.settings = settings or DriftSettings()
         self.detectors: dict[str, DriftDetector] = {}
+        # Called with the service label when its alarm rises (not on every alarmed score): the
+        # diagnostics' drift explainer.
+        self.on_alarm = on_alarm
         if metrics is not None:
             self._recent = Children(metrics.precision_recent)
             self._baseline = Children(metrics.precision_baseline)
@@ -118,12 +122,15 @@ class DriftMonitor:
         detector = self.detectors.get(service_label)
         if detector is None:
             detector = self.detectors[service_label] = DriftDetector(self.settings)
+        was_alarmed = detector.alarmed
         alarmed = detector.update(score)
         if self.metrics is not None:
             self._recent(service_label).set(detector.recent)
             if detector.warmed_up:
                 self._baseline(service_label).set(detector.baseline)
             self._drift(service_label).set(1 if alarmed else 0)
+        if alarmed and not was_alarmed and self.on_alarm is not None:
+            self.on_alarm(service_label)
         return alarmed
 
 

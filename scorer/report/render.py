@@ -15,6 +15,9 @@ REASON_CHARS = 600  # reasons are cut in the table of lowest scores; the record 
 
 
 def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
+    # Imported here: the document sections reuse this module's helpers.
+    from ctxprec.scorer.report.render_documents import never_relevant_section, noisy_documents_section, top_k_section
+
     template = Template(resources.files("ctxprec.scorer.report").joinpath("template.html").read_text(encoding="utf-8"))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [_problems(loaded)]
@@ -30,7 +33,10 @@ def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
             _distribution(data),
             _over_time(data),
             _rank_relevance(data),
+            top_k_section(data.top_k),
             _services(data),
+            noisy_documents_section(data.documents),
+            never_relevant_section(data.documents),
             _lowest(data),
             _failures(data),
         ]

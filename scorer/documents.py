@@ -32,9 +32,17 @@ class HasContent(Protocol):
     def id(self) -> str | None: ...
 
 
+# Characters str.split() treats as whitespace within ASCII, besides the single space.
+_ASCII_BREAKS = ("  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+
+
 def normalized_text(text: str) -> str:
     """The text the hash is taken over: whitespace runs collapsed to one space, ends stripped, so
     that the same chunk re-wrapped or re-indented keeps its identity."""
+    # Splitting allocates a string per word; most chunks need no change, and telling so costs a
+    # few fast scans (isascii is a flag lookup), so the split is only paid when it changes something.
+    if text.isascii() and not any(b in text for b in _ASCII_BREAKS) and text[:1] != " " and text[-1:] != " ":
+        return text
     return " ".join(text.split())
 
 

@@ -17,7 +17,7 @@ an eviction each cost a few dict operations, whatever m is. Among keys at the fl
 has sat there longest is evicted first."""
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterator, Mapping, TypeVar
 
 T = TypeVar("T")
 
@@ -51,6 +51,11 @@ class SpaceSaving(Generic[T]):
         self._floor = 0  # smallest count held; 0 while no key is held
         self.total = 0  # N: increments seen
         self.evictions = 0
+
+    @property
+    def held(self) -> Mapping[str, Slot[T]]:
+        """Key -> slot of every held key (read only; for callers that look up many keys)."""
+        return self._slots
 
     def __len__(self) -> int:
         return len(self._slots)

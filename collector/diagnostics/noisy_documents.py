@@ -102,21 +102,24 @@ class NoisyDocuments:
         if summary is None:
             summary = self._summaries[key] = SpaceSaving(self.slots, DocumentTally)
         count = len(documents)
+        held = summary.held
+        increment = summary.increment
+        previews = self.previews and contents is not None
         for verdict in verdicts:
             index = verdict.index
             if not 0 <= index < count:
                 continue
-            document = documents[index]
             if verdict.relevant:
-                slot = summary.get(document)
+                slot = held.get(documents[index])
                 if slot is None:
                     continue
-                slot.data.relevant += 1
+                data = slot.data
+                data.relevant += 1
             else:
-                slot = summary.increment(document)
-                if self.previews and slot.data.window is None and contents is not None and index < len(contents):
-                    slot.data.window = _window(contents[index], self.preview_chars * _WINDOW_FACTOR)
-            slot.data.rank_sum += index + 1
+                data = increment(documents[index]).data
+                if previews and data.window is None and index < len(contents):  # type: ignore[arg-type]
+                    data.window = _window(contents[index], self.preview_chars * _WINDOW_FACTOR)  # type: ignore[index]
+            data.rank_sum += index + 1
 
     def pairs(self) -> list[tuple[str, str]]:
         return sorted(self._summaries)

@@ -29,20 +29,22 @@ _STALE_WEIGHT = 0.5
 # After a scan for a stale value finds none, unknown values go to `other` without scanning again
 # for this many scores: a high-cardinality attribute would otherwise pay a scan per score.
 _RESCAN_AFTER = 200
+_RENORMALIZE = 1e100
 
 
 class Decayed:
-    """Decayed count and score sum of one slice at both time scales, as of service tick `tick`."""
+    """One slice's decayed count, score sum (both time scales) and sum of squared scores
+    (baseline), stored inflated: each score is added with its service's current weight, which
+    grows by 1/decay per score, so nothing is decayed on update; reading divides by the weight."""
 
-    __slots__ = ("recent_n", "recent_sum", "base_n", "base_sum", "base_sq", "tick")
+    __slots__ = ("recent_n", "recent_sum", "base_n", "base_sum", "base_sq")
 
-    def __init__(self, tick: int) -> None:
+    def __init__(self) -> None:
         self.recent_n = 0.0
         self.recent_sum = 0.0
         self.base_n = 0.0
         self.base_sum = 0.0
-        self.base_sq = 0.0  # sum of squared scores: the spread that tells a real drop from noise
-        self.tick = tick
+        self.base_sq = 0.0  # the spread that tells a real drop from noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +69,19 @@ class ServiceSnapshot:
 
 
 class _Service:
-    __slots__ = ("tick", "total", "retrievers", "values", "rescan_at")
+    __slots__ = ("tick", "recent_weight", "base_weight", "total", "retrievers", "values", "rescan_at")
 
     def __init__(self, attributes: Sequence[str]) -> None:
         self.tick = 0
-        self.total = Decayed(0)
+        self.recent_weight = 1.0
+        self.base_weight = 1.0
+        self.total = Decayed()
         self.retrievers: dict[str, Decayed] = {}
         self.values: dict[str, dict[str, Decayed]] = {key: {} for key in attributes}
         self.rescan_at: dict[str, int] = {key: 0 for key in attributes}
+
+    def slots(self) -> list[Decayed]:
+        return [self.total, *self.retrievers.values(), *(slot for values in self.values.values() for slot in values.values())]
 
 
 class SliceTracker:
@@ -93,8 +100,9 @@ class SliceTracker:
         self.max_values = max_values
         self.recent_half_life = recent_half_life
         self.baseline_half_life = baseline_half_life
-        self._recent_decay = 0.5 ** (1.0 / recent_half_life)
-        self._base_decay = 0.5 ** (1.0 / baseline_half_life)
+        # Per score, a service's weights grow by these factors (1 / the decay per score).
+        self._recent_growth = 2.0 ** (1.0 / recent_half_life)
+        self._base_growth = 2.0 ** (1.0 / baseline_half_life)
         self._services: dict[str, _Service] = {}
 
     def services(self) -> list[str]:
@@ -108,36 +116,43 @@ class SliceTracker:
         if state is None:
             state = self._services[service] = _Service(self.attributes)
         state.tick += 1
-        tick = state.tick
-        self._add(state.total, tick, score)
+        recent = state.recent_weight = state.recent_weight * self._recent_growth
+        base = state.base_weight = state.base_weight * self._base_growth
+        if base > _RENORMALIZE or recent > _RENORMALIZE:
+            self._renormalize(state)
+            recent, base = state.recent_weight, state.base_weight
         slot = state.retrievers.get(retriever)
         if slot is None:
-            slot = state.retrievers[retriever] = Decayed(tick)
-        self._add(slot, tick, score)
+            slot = state.retrievers[retriever] = Decayed()
+        touched = [state.total, slot]
         for key in self.attributes:
             raw = attributes.get(key)
             if raw is None and resource:
                 raw = resource.get(key)
-            self._add(self._value_slot(state, key, _value_text(raw), tick), tick, score)
+            touched.append(self._value_slot(state, key, _value_text(raw)))
+        recent_score = recent * score
+        base_score = base * score
+        base_square = base_score * score
+        for slot in touched:
+            slot.recent_n += recent
+            slot.recent_sum += recent_score
+            slot.base_n += base
+            slot.base_sum += base_score
+            slot.base_sq += base_square
 
-    def _add(self, slot: Decayed, tick: int, score: float) -> None:
-        elapsed = tick - slot.tick
-        if elapsed:
-            r = self._recent_decay ** elapsed
-            b = self._base_decay ** elapsed
+    def _renormalize(self, state: _Service) -> None:
+        """Divide the stored sums by the weights and restart the weights at 1, long before floats
+        could overflow (a weight doubles every half-life)."""
+        r, b = 1.0 / state.recent_weight, 1.0 / state.base_weight
+        for slot in state.slots():
             slot.recent_n *= r
             slot.recent_sum *= r
             slot.base_n *= b
             slot.base_sum *= b
             slot.base_sq *= b
-            slot.tick = tick
-        slot.recent_n += 1.0
-        slot.recent_sum += score
-        slot.base_n += 1.0
-        slot.base_sum += score
-        slot.base_sq += score * score
+        state.recent_weight = state.base_weight = 1.0
 
-    def _value_slot(self, state: _Service, key: str, value: str, tick: int) -> Decayed:
+    def _value_slot(self, state: _Service, key: str, value: str) -> Decayed:
         values = state.values[key]
         slot = values.get(value)
         if slot is not None:
@@ -145,25 +160,23 @@ class SliceTracker:
         special = value in (UNSET, OTHER)
         tracked = len(values) - (UNSET in values) - (OTHER in values)
         if special or tracked < self.max_values:
-            slot = values[value] = Decayed(tick)
+            slot = values[value] = Decayed()
             return slot
-        if tick >= state.rescan_at[key]:
-            stale = self._stale(values, tick)
+        if state.tick >= state.rescan_at[key]:
+            stale = self._stale(values, state.base_weight)
             if stale is not None:
                 del values[stale]
-                slot = values[value] = Decayed(tick)
+                slot = values[value] = Decayed()
                 return slot
-            state.rescan_at[key] = tick + _RESCAN_AFTER
+            state.rescan_at[key] = state.tick + _RESCAN_AFTER
         slot = values.get(OTHER)
         if slot is None:
-            slot = values[OTHER] = Decayed(tick)
+            slot = values[OTHER] = Decayed()
         return slot
 
-    def _stale(self, values: dict[str, Decayed], tick: int) -> str | None:
+    def _stale(self, values: dict[str, Decayed], base_weight: float) -> str | None:
         for value, slot in values.items():
-            if value in (UNSET, OTHER):
-                continue
-            if slot.base_n * self._base_decay ** (tick - slot.tick) < _STALE_WEIGHT:
+            if value not in (UNSET, OTHER) and slot.base_n / base_weight < _STALE_WEIGHT:
                 return value
         return None
 
@@ -172,27 +185,26 @@ class SliceTracker:
         state = self._services.get(service)
         if state is None:
             return None
-        tick = state.tick
+        r, b = 1.0 / state.recent_weight, 1.0 / state.base_weight
+
+        def read(slot: Decayed, value: str) -> SliceStats:
+            return SliceStats(value, slot.recent_n * r, slot.recent_sum * r, slot.base_n * b, slot.base_sum * b,
+                              slot.base_sq * b)
+
         return ServiceSnapshot(
             service=service,
-            scores=tick,
-            total=self._read(state.total, "", tick),
-            retrievers=[self._read(slot, name, tick) for name, slot in state.retrievers.items()],
-            attributes={key: [self._read(slot, value, tick) for value, slot in values.items()]
-                        for key, values in state.values.items()},
+            scores=state.tick,
+            total=read(state.total, ""),
+            retrievers=[read(slot, name) for name, slot in state.retrievers.items()],
+            attributes={key: [read(slot, value) for value, slot in values.items()] for key, values in state.values.items()},
         )
-
-    def _read(self, slot: Decayed, value: str, tick: int) -> SliceStats:
-        elapsed = tick - slot.tick
-        r = self._recent_decay ** elapsed
-        b = self._base_decay ** elapsed
-        return SliceStats(value, slot.recent_n * r, slot.recent_sum * r, slot.base_n * b, slot.base_sum * b,
-                          slot.base_sq * b)
 
 
 def _value_text(raw: Any) -> str:
     if raw is None or raw == "":
         return UNSET
+    if isinstance(raw, str):
+        return raw if len(raw) <= MAX_VALUE_CHARS else raw[:MAX_VALUE_CHARS]
     if isinstance(raw, bool):
         return "true" if raw else "false"
     text = str(raw)

@@ -71,20 +71,21 @@ class TopKTracker:
         new = tally is None
         if tally is None:
             tally = self._tallies[key] = RankTally()
-        last = self.max_rank - 1
-        deepest = min(last, max((v.index for v in verdicts), default=-1))
         judged, relevant, chars = tally.judged, tally.relevant, tally.chars
-        if deepest >= len(judged):
-            grow = [0.0] * (deepest + 1 - len(judged))
+        last = self.max_rank - 1
+        # Verdict indices are below the number of contexts (one verdict per context).
+        known = len(sizes)
+        depth = min(self.max_rank, max(known, len(verdicts)))
+        if depth > len(judged):
+            grow = [0.0] * (depth - len(judged))
             judged.extend(grow)
             relevant.extend(grow)
             chars.extend(grow)
-        known = len(sizes)
         for verdict in verdicts:
             index = verdict.index
-            if index < 0:
-                continue
             at = index if index <= last else last
+            if at < 0 or at >= len(judged):
+                continue
             judged[at] += 1.0
             if verdict.relevant:
                 relevant[at] += 1.0

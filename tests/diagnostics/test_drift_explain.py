@@ -166,3 +166,21 @@ def test_the_drift_monitor_calls_the_hook_once_per_rising_alarm() -> None:
     for _ in range(200):
         alarmed_scores += monitor.update("svc", min(1.0, max(0.0, rng.gauss(0.3, 0.05))))
     assert alarmed_scores > 10 and calls == ["svc"]
+
+
+def test_decayed_statistics_match_a_direct_computation_across_renormalizations() -> None:
+    # Half-lives this short make the weights pass the renormalization threshold many times.
+    tracker = SliceTracker(["v"], recent_half_life=2, baseline_half_life=7)
+    rng = random.Random(8)
+    scores = [(rng.random(), rng.choice(["a", "b"])) for _ in range(20_000)]
+    for score, value in scores:
+        tracker.observe("s", "r", score, {"v": value})
+    snapshot = tracker.snapshot("s")
+    assert snapshot is not None and snapshot.scores == len(scores)
+    last = len(scores) - 1
+    for half_life, n_field, sum_field in ((2, "recent_n", "recent_sum"), (7, "base_n", "base_sum")):
+        for value in ("a", "b"):
+            weights = [(0.5 ** ((last - i) / half_life), s) for i, (s, v) in enumerate(scores) if v == value]
+            stats = next(x for x in snapshot.attributes["v"] if x.value == value)
+            assert getattr(stats, n_field) == pytest.approx(sum(w for w, _ in weights), rel=1e-9)
+            assert getattr(stats, sum_field) == pytest.approx(sum(w * s for w, s in weights), rel=1e-9)

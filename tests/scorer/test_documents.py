@@ -4,6 +4,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ctxprec.collector.model import RetrievedContext
 from ctxprec.scorer.documents import (
     HASH_PREFIX,
@@ -61,3 +64,9 @@ def test_sidecar_and_batch_contexts_get_the_same_identity() -> None:
 
 def test_lone_surrogates_do_not_break_hashing() -> None:
     assert HASH_RE.match(text_hash("broken \ud800 text"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\u00a0\u2003\u3000é")), max_size=30))
+def test_the_fast_path_normalizes_exactly_like_a_full_split(text: str) -> None:
+    assert normalized_text(text) == " ".join(text.split())

@@ -19,6 +19,15 @@ from tests.diagnostics.streams import Scored, outcome
 SLICED = ("index.version", "tenant.tier")
 
 
+class Collect(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def drifting_service(seed: int, *, new_version: bool = False, change_at: int = 1500,
                      total: int = 4000) -> tuple[DiagnosticsSink, Metrics, int | None, list[logging.LogRecord]]:
     """Service `shop`, two retrievers and two index versions and two tenant tiers, evenly mixed,
@@ -30,9 +39,7 @@ def drifting_service(seed: int, *, new_version: bool = False, change_at: int = 1
     records: list[logging.LogRecord] = []
     logger = logging.getLogger(f"test.drift.{seed}.{new_version}")
     logger.propagate = False
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
+    logger.addHandler(Collect(records))
     sink = DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICED), metrics=metrics, drift=drift, logger=logger)
     metrics_sink = MetricsSink(metrics, drift)
     alarm_at = None

@@ -2,9 +2,9 @@
 
 Two measurements:
 
-1. In process, the scoring workers' per-score fan-out (`ScoringWorkers._succeed`: the score
-   record with document identities, the span attributes, MetricsSink with drift, the decision
-   recorder), fed precomputed results for 5-context retrievals of documents drawn from a Zipf(1)
+1. In process, the scoring workers' per-score path after the judge (`ScoringWorkers._succeed`:
+   the score record with document identities, then the result fan-out: MetricsSink with drift,
+   the decision count), fed precomputed results for 5-context retrievals of documents drawn from a Zipf(1)
    pool of 5,000: once with the MetricsSink alone (the baseline) and once with the
    DiagnosticsSink added, in alternating blocks, process CPU time per score. Both with contexts
    that carry ids and with contexts named by the hash of their text.
@@ -112,20 +112,19 @@ def _workloads(count: int, with_ids: bool, seed: int = 16) -> list[tuple[Any, An
 def _workers(diagnostics: bool) -> Any:
     from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
     from ctxprec.collector.diagnostics.sink import DiagnosticsSink
-    from ctxprec.collector.exporters.attributes import ScorerIdentity
+    from ctxprec.collector.exporters.fanout import ResultFanout
     from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
     from ctxprec.collector.metrics.registry import Metrics
-    from ctxprec.collector.sampling.decide import DecisionRecorder
+    from ctxprec.collector.scoring.identity import ScorerIdentity
     from ctxprec.collector.scoring.workers import ScoringWorkers
 
     metrics = Metrics()
     drift = DriftMonitor(metrics)
-    sinks: list[Any] = [MetricsSink(metrics, drift)]
+    fanout = ResultFanout(metrics, [MetricsSink(metrics, drift)])
     if diagnostics:
-        sinks.append(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift))
+        fanout.add(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift))
     engine = _Engine()
-    return ScoringWorkers(engine, recorder=DecisionRecorder(metrics), identity=ScorerIdentity.of_engine(engine),
-                          sinks=sinks, metrics=metrics)
+    return ScoringWorkers(engine, downstream=fanout, identity=ScorerIdentity.of_engine(engine), metrics=metrics)
 
 
 def _block(workers: Any, work: list[tuple[Any, Any]]) -> float:
@@ -441,8 +440,8 @@ def serve_child(diagnostics: bool, serve_args: list[str], stats_path: str | None
             pipeline.add_sink(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES),
                                               metrics=pipeline.metrics, drift=pipeline.drift))
         # Every sink timed in both modes, so that the timing's own cost is the same on both sides.
-        timed.extend(TimedSink(sink) for sink in pipeline.workers.sinks)
-        pipeline.workers.sinks = list(timed)
+        timed.extend(TimedSink(sink) for sink in pipeline.fanout.sinks)
+        pipeline.fanout.sinks = list(timed)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -23,7 +23,7 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from bench.common import machine, write_result
-from bench.ingest import SPANS_PER_TRACE, _DecidingSink, _kv, free_port, rag_trace, wait_port
+from bench.ingest import SPANS_PER_TRACE, _DecidingSink, _kv, free_port, rag_trace, wait_port, writeback_to
 
 SPANS_PER_S = 5_000
 TRACES_PER_REQUEST = 5
@@ -33,16 +33,15 @@ SAMPLE_RATE = 0.01
 def _sidecar(http_port: int, forward_to: str) -> None:
     async def serve() -> None:
         from ctxprec.collector.assembly.ingest import OtlpIngest
-        from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
         from ctxprec.collector.metrics.registry import Metrics
         from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
         from ctxprec.collector.sampling.sampler import Sampler
 
         metrics = Metrics()
-        forwarder = OtlpSender(SenderSettings(forward_to), metrics=metrics)
-        await forwarder.start()
-        ingest = OtlpIngest(keep_trace=Sampler(SAMPLE_RATE).keep_trace, sink=_DecidingSink(), metrics=metrics,
-                            forwarder=forwarder)
+        writeback = writeback_to(forward_to, metrics)
+        await writeback.start()
+        ingest = OtlpIngest(keep_trace=Sampler(SAMPLE_RATE).keep_trace, sink=_DecidingSink(writeback),
+                            metrics=metrics, passthrough=writeback)
         await ingest.start()
         receiver = OtlpHttpReceiver(ingest, metrics=metrics,
                                     settings=HttpReceiverSettings(host="127.0.0.1", port=http_port))

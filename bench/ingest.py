@@ -178,20 +178,44 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
 
 
 class _DecidingSink:
-    """Stands in for sampling/scoring: decides at once so held spans are released."""
+    """Stands in for sampling and scoring: every retrieval is scored at once (a fixed MAP 0.5), so
+    its held span goes out with the score attributes, as the span write-back would send it."""
 
-    def __init__(self) -> None:
+    def __init__(self, writeback: Any) -> None:
+        from ctxprec.collector.exporters.fanout import ResultFanout
+        from ctxprec.scorer.precision import summarize
+        from ctxprec.scorer.result import ScoreResult, Verdict
+
+        self.fanout = ResultFanout(None, [writeback])
+        summary = summarize([False, True])
+        self.result = ScoreResult(score=summary.score, reason="The score is 0.5 because ...",
+                                  verdicts=[Verdict(0, False, "no"), Verdict(1, True, "yes")],
+                                  precision_at_k=summary.precision_at_k, hit=summary.hit,
+                                  first_relevant_rank=summary.first_relevant_rank,
+                                  relevant_count=summary.relevant_count, k=summary.k, scale=1.0,
+                                  reference_kind="output")
         self.submitted = 0
         self.not_sampled_total = 0
 
     def submit(self, retrieval: Any) -> None:
-        self.submitted += 1
-        from ctxprec.collector.model import Decision
+        from ctxprec.collector.model import Decision, Outcome
 
-        retrieval.on_decided(Decision.EVALUATED, {"gen_ai.evaluation.score.value": 0.5})
+        self.submitted += 1
+        self.fanout.emit(Outcome(retrieval, Decision.EVALUATED, self.result, None, {"id": retrieval.span_id}))
 
     def not_sampled(self, service: str, count: int) -> None:
         self.not_sampled_total += count
+
+
+def writeback_to(url: str, metrics: Any, max_queue_bytes: int = 64 * 1024 * 1024) -> Any:
+    """The span write-back exporter (span mode) sending to `url`."""
+    from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
+    from ctxprec.collector.exporters.span_writeback import SpanWriteBack
+    from ctxprec.collector.scoring.identity import ScorerIdentity
+
+    identity = ScorerIdentity(model="bench", prompt_version="bench", annotator_kind="CODE", identifier="bench")
+    return SpanWriteBack(OtlpSender(SenderSettings(url, max_queue_bytes=max_queue_bytes), metrics=metrics), identity,
+                         metrics=metrics)
 
 
 def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
@@ -208,7 +232,6 @@ def bare_parse_rate(bodies: list[bytes], spans: int, rounds: int) -> float:
 
 async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
     from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-    from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
     from ctxprec.collector.metrics.registry import Metrics
     from ctxprec.collector.receivers.otlp_decode import decode_with_raw
     from ctxprec.collector.sampling.sampler import Sampler
@@ -218,10 +241,11 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
     details: dict[str, Any] = {}
     for _ in range(rounds):
         metrics = Metrics()
-        forwarder = OtlpSender(SenderSettings(forward_url, max_queue_bytes=512 * 1024 * 1024), metrics=metrics)
-        await forwarder.start()
-        sink = _DecidingSink()
-        ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, forwarder=forwarder,
+        writeback = writeback_to(forward_url, metrics, max_queue_bytes=512 * 1024 * 1024)
+        await writeback.start()
+        forwarder = writeback.sender
+        sink = _DecidingSink(writeback)
+        ingest = OtlpIngest(keep_trace=Sampler(0.01).keep_trace, sink=sink, metrics=metrics, passthrough=writeback,
                             settings=IngestSettings())
         await ingest.start()
         t0 = time.perf_counter()
@@ -235,8 +259,8 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
             await asyncio.sleep(0.001)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
-        await ingest.stop(timeout_s=1.0)
-        await forwarder.stop()
+        await ingest.stop()
+        await writeback.stop(timeout_s=1.0)
         rates.append(spans / max(cpu, 1e-9))
         wall_rates.append(spans / elapsed)
         dropped = sum(s.value for m in metrics.export_dropped.collect() for s in m.samples

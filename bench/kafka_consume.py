@@ -104,16 +104,16 @@ async def ctxprec_rate(bootstrap: str, topic: str, n: int, judge_url: str, *, sa
         first = time.perf_counter()
         read_all_at = None
         deadline = time.monotonic() + 600
-        while sum(pipeline.recorder.counts.values()) < n:
+        while sum(pipeline.fanout.counts.values()) < n:
             if task.done() or time.monotonic() > deadline:
-                raise RuntimeError(f"serve stopped or stalled at {pipeline.recorder.counts}")
+                raise RuntimeError(f"serve stopped or stalled at {pipeline.fanout.counts}")
             if read_all_at is None and receiver.handed_over >= n:
                 read_all_at = time.perf_counter()
             await asyncio.sleep(0.002)
         done_at = time.perf_counter()
         elapsed = done_at - first
         read_elapsed = (read_all_at or done_at) - first
-        counts = pipeline.recorder.counts
+        counts = pipeline.fanout.counts
     finally:
         stop.set()
         await task

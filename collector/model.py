@@ -3,8 +3,11 @@ exporters. Plain dataclasses; each stage adds what it knows."""
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
+
+from ctxprec.scorer.result import ScoreResult
 
 
 class Decision(str, enum.Enum):
@@ -51,9 +54,65 @@ class Retrieval:
     # The resource of the span the retrieval was read from (evaluator spans are filed under it).
     resource: dict[str, Any] = field(default_factory=dict)
     sample_rate: float = 1.0  # set by sampling
-    # Called exactly once when this retrieval reached its decision, with the span attributes to
-    # write back (None when there is nothing to write): releases held spans and Kafka offsets.
-    on_decided: Callable[["Decision", dict[str, Any] | None], None] | None = None
+    # The input this retrieval came from, released once when the retrieval has its decision (a
+    # Kafka message's offset, a trace's batch of messages); None when nothing waits on it.
+    ack: "Ack | None" = None
+
+
+@dataclass(slots=True)
+class HeldSpan:
+    """A retrieval span to hold back, as assembly found it in a request."""
+
+    trace_id: bytes
+    span_id: bytes
+    span: Any  # the request's opentelemetry.proto.trace.v1.Span
+    scope_spans: Any  # the request's ScopeSpans holding it
+    resource_spans: Any  # the request's ResourceSpans holding it
+
+
+class Ack(Protocol):
+    def release(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A retrieval's one decision, as it leaves sampling or scoring for the result sinks.
+    `result` and `record` are set for `evaluated`; `error` and `record` for `failed`; the other
+    decisions (not scored) carry the retrieval alone."""
+
+    retrieval: Retrieval
+    decision: Decision
+    result: ScoreResult | None = None
+    error: tuple[str, str] | None = None  # (type, message)
+    record: dict[str, Any] | None = None  # the score record
+    scored_at: float = field(default_factory=time.time)  # unix seconds
+
+    @property
+    def scored(self) -> bool:
+        """Evaluated or failed: the judge was asked, there is a record to write."""
+        return self.record is not None
+
+
+class Countdown:
+    """Releases a set of acks once `n` retrievals have released it (a trace's retrievals share the
+    acks of the messages that brought its spans)."""
+
+    __slots__ = ("remaining", "acks")
+
+    def __init__(self, n: int, acks: list[Ack]) -> None:
+        self.remaining = n
+        self.acks = acks
+        if n <= 0:
+            self._release_all()
+
+    def release(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self._release_all()
+
+    def _release_all(self) -> None:
+        for ack in self.acks:
+            ack.release()
 
 
 class PendingAck:

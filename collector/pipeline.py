@@ -1,8 +1,10 @@
-"""Wires the sidecar (SPEC.md section 1), in the shape of an OpenTelemetry Collector pipeline:
+"""Wires the sidecar, in the shape of an OpenTelemetry Collector pipeline. This is the only place
+that connects the stages (collector/components.py names the seams); data flows one way:
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
-    -> scoring (ScoringWorkers) -> result sinks (metrics + drift, evaluator spans, Kafka results)
-                                 -> span write-back (held spans released through the forwarder)
+    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, span write-back,
+                                                   evaluator spans, Kafka results, ...)
+    assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
 
 `Pipeline` owns start and stop order. Stopping is graceful: inputs close first (Kafka only stops
 fetching), buffered traces are handed to scoring, scoring drains until the shutdown deadline,
@@ -13,22 +15,23 @@ the first scores do not pay for it.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
 
+from ctxprec.collector.components import ResultSink
 from ctxprec.collector.config import ServeConfig
-from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import JudgeMetricsObserver
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.sampling.decide import (
-    DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
+    DailyBudget, RecentKeys, RetrievalGate, RssGuard, TokenBucket, current_rss_bytes)
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.placement import make_engine
-from ctxprec.collector.scoring.workers import ResultSink, ScoringWorkers
+from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
 from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
@@ -43,22 +46,24 @@ class Pipeline:
                                           version=VERSION)
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
         self.engine = make_engine(config, JudgeMetricsObserver(self.metrics))
-        self.identity = ScorerIdentity.of_engine(self.engine, threshold=config.threshold)
+        self.identity = ScorerIdentity.of_engine(self.engine)
         self.sampler = Sampler(config.sample_rate, config.sampling_rules)
-        self.recorder = DecisionRecorder(self.metrics)
+        # Every decision ends here: results to the sinks, then counted, then the input released.
+        self.fanout = ResultFanout(self.metrics)
         self.budget = DailyBudget(config.daily_budget_usd) if config.daily_budget_usd else None
         self.drift = DriftMonitor(self.metrics, config.drift)
-        self.workers = ScoringWorkers(self.engine, recorder=self.recorder, identity=self.identity,
-                                      sinks=[MetricsSink(self.metrics, self.drift)], queue_size=config.queue_size,
-                                      workers=config.workers, metrics=self.metrics, budget=self.budget)
+        self.fanout.add(MetricsSink(self.metrics, self.drift))
+        self.workers = ScoringWorkers(self.engine, downstream=self.fanout, identity=self.identity,
+                                      queue_size=config.queue_size, workers=config.workers, metrics=self.metrics,
+                                      budget=self.budget)
         self.gate = RetrievalGate(
-            sampler=self.sampler, queue=self.workers, recorder=self.recorder,
+            sampler=self.sampler, queue=self.workers, decisions=self.fanout,
             throttle=TokenBucket(config.max_scores_per_minute) if config.max_scores_per_minute else None,
             budget=self.budget,
             rss_guard=RssGuard(int(config.max_rss_mb * 1024 * 1024), probe=self._rss_bytes) if config.max_rss_mb else None,
             recent=RecentKeys(config.duplicate_window_s))
 
-        self.forwarder: Any = None  # span mode: exporters.otlp_sender.OtlpSender
+        self.writeback: Any = None  # span mode: exporters.span_writeback.SpanWriteBack
         self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
         self._build_write_back()
         self.ingest = self._build_ingest()
@@ -89,8 +94,8 @@ class Pipeline:
         return current_rss_bytes() + (child() if child is not None else 0)
 
     def add_sink(self, sink: ResultSink) -> None:
-        """Extra result sinks (e.g. an embedding app's own); they get every evaluated/failed outcome."""
-        self.workers.add_sink(sink)
+        """Extra result sinks (e.g. an embedding app's own); they get every retrieval's outcome."""
+        self.fanout.add(sink)
 
     def _build_write_back(self) -> None:
         c = self.config
@@ -98,11 +103,15 @@ class Pipeline:
             return
         if c.write_back == "span":
             from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
+            from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 
-            self.forwarder = OtlpSender(
+            sender = OtlpSender(
                 SenderSettings(url=c.forward_to, ca_file=c.forward_ca_file, cert_file=c.forward_cert_file,
-                                  key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
+                               key_file=c.forward_key_file, max_queue_bytes=c.forward_max_queue_bytes),
                 metrics=self.metrics)
+            self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=c.threshold,
+                                           hold_deadline_s=c.hold_deadline_s)
+            self.add_sink(self.writeback)
         else:
             from ctxprec.collector.exporters.evaluator import EvaluatorExporter, EvaluatorSettings
 
@@ -110,7 +119,7 @@ class Pipeline:
                 EvaluatorSettings(url=c.forward_to, evaluation_logs=c.evaluation_logs, ca_file=c.forward_ca_file,
                                   cert_file=c.forward_cert_file, key_file=c.forward_key_file,
                                   max_queue_bytes=c.forward_max_queue_bytes),
-                metrics=self.metrics, version=VERSION)
+                self.identity, metrics=self.metrics, threshold=c.threshold, version=VERSION)
             self.add_sink(self.evaluator)
 
     def _build_ingest(self) -> Any:
@@ -119,11 +128,11 @@ class Pipeline:
 
         c = self.config
         settings = IngestSettings(
-            conventions=c.conventions, hold_deadline_s=c.hold_deadline_s,
+            conventions=c.conventions,
             buffer=BufferSettings(quiet_s=c.quiet_period_s, max_wait_s=c.max_wait_s, max_traces=c.max_traces,
                                   max_bytes=c.max_buffer_bytes))
         return OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
-                          settings=settings, forwarder=self.forwarder)
+                          settings=settings, passthrough=self.writeback)
 
     def _receiver_security(self) -> Any:
         from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
@@ -205,8 +214,8 @@ class Pipeline:
         try:
             await self.engine.warm_up()
             await self.workers.start()
-            if self.forwarder is not None:
-                await self.forwarder.start()
+            if self.writeback is not None:
+                await self.writeback.start()
             if self.evaluator is not None:
                 await self.evaluator.start()
             if self.kafka_results is not None:
@@ -237,10 +246,7 @@ class Pipeline:
             await _quietly(kafka.stop_reading(), "stopping the Kafka read loop")
         # Buffered traces go to scoring now. The workers get the deadline: what they cannot finish
         # is decided failed/shutdown, which releases its held span with `error.type` attached.
-        # Assembly waits a little longer for those releases, then sends whatever is left unscored.
-        ingest_stop = asyncio.create_task(_quietly(self.ingest.stop(left() + 1.0), "stopping trace assembly"))
-        while len(self.ingest.buffer) and not ingest_stop.done():
-            await asyncio.sleep(0.005)
+        await _quietly(self.ingest.stop(), "stopping trace assembly")
         await _quietly(self.workers.drain(left()), "draining the scoring workers")
         if kafka is not None:
             await _quietly(kafka.wait_dead_letters(left()), "writing dead letters")
@@ -251,14 +257,14 @@ class Pipeline:
         if kafka is not None:
             await _quietly(kafka.stop(), "stopping the Kafka receiver")
         await _quietly(self.workers.aclose(0.0), "stopping the scoring workers")
-        await ingest_stop
         self.gate.closed = True
         if self.kafka_results is not None:
             await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")
         if self.evaluator is not None:
             await _quietly(self.evaluator.stop(), "flushing evaluator spans")
-        if self.forwarder is not None:
-            await _quietly(self.forwarder.stop(), "flushing forwarded spans")
+        if self.writeback is not None:
+            # Every retrieval is decided by now; held spans still waiting go out unscored.
+            await _quietly(self.writeback.stop(left() + 1.0), "flushing forwarded spans")
         await _quietly(self.engine.aclose(), "closing the judge client")
         if self.metrics_server is not None:
             await _quietly(self.metrics_server.stop(), "stopping the metrics server")

@@ -11,24 +11,20 @@ a resource, but only when their marker key occurs in it at all. Every retrieval 
 the first request on, whatever the service sent before.
 
 Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
-then the retrievals are extracted and handed to the `RetrievalSink`. In span mode, a sampled
-trace's retrieval spans are held back (removed from the forwarded request) until their
-retrieval is decided, then sent with the write-back attributes; a hold deadline sends them
-unscored if no decision comes.
+then the retrievals are extracted and handed to the `RetrievalSink`, each carrying the trace's
+input acknowledgements (released when all of the trace's retrievals are decided). In span mode
+every request is handed on to the span write-back (`SpanPassThrough`), naming the retrieval spans
+of sampled traces, which wait there for their results; assembly itself never sees a result.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ctxprec.collector.assembly.conventions import (
     GENAI,
@@ -36,94 +32,47 @@ from ctxprec.collector.assembly.conventions import (
     RETRIEVAL_OPERATIONS,
     ConventionConfig,
     Conventions,
-    Extracted,
 )
 from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import SpanRecord, attributes_dict, service_name, set_attributes, span_record
+from ctxprec.collector.assembly.spans import SpanRecord, attributes_dict, service_name, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, BufferSettings, TraceBuffer
-from ctxprec.collector.assembly.wire import remove_spans, resource_ranges
+from ctxprec.collector.assembly.wire import resource_ranges
+from ctxprec.collector.components import RetrievalSink, SpanPassThrough
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.model import Countdown, HeldSpan
 
 log = logging.getLogger(__name__)
 
-HOLD_EXPORTER = "span_hold"  # exported_spans{exporter="span_hold", outcome=scored|unscored|expired}
-
 _UNSAMPLED, _BUFFER, _LATE = 0, 1, 2
 _RESOURCE_VALUE_CHARS = 1024  # resource attributes are names and versions, not payloads
-
-
-class RetrievalSink(Protocol):
-    def submit(self, retrieval: Retrieval) -> None: ...
-    def not_sampled(self, service: str, count: int) -> None: ...
-
-
-class SpanOutput(Protocol):
-    """Where span mode sends spans (exporters/otlp_sender.OtlpSender)."""
-
-    def forward_raw(self, body: bytes, spans: int) -> bool: ...
 
 
 @dataclass(slots=True)
 class IngestSettings:
     conventions: ConventionConfig = field(default_factory=ConventionConfig)
     buffer: BufferSettings = field(default_factory=BufferSettings)
-    hold_deadline_s: float = 60.0  # a held retrieval span goes out unscored after this
     flush_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.hold_deadline_s <= 0:
-            raise ValueError(f"hold_deadline_s: must be positive, got {self.hold_deadline_s}")
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: must be positive, got {self.flush_interval_s}")
 
 
-@dataclass(slots=True)
-class _Held:
-    resource: Resource
-    scope: InstrumentationScope
-    schema_url: str
-    span: Span
-    deadline: float
-
-
-class _Countdown:
-    """Releases the input acks of a trace once each of its retrievals is decided."""
-
-    __slots__ = ("remaining", "acks")
-
-    def __init__(self, remaining: int, acks: list[Any]) -> None:
-        self.remaining = remaining
-        self.acks = acks
-
-    def done_one(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            _release_all(self.acks)
-
-
-def _release_all(acks: list[Any]) -> None:
-    for ack in acks:
-        ack.release()
-
-
 class OtlpIngest:
     def __init__(self, *, keep_trace: Callable[[bytes, str], bool], sink: RetrievalSink | None, metrics: Metrics,
-                 settings: IngestSettings | None = None, forwarder: SpanOutput | None = None,
+                 settings: IngestSettings | None = None, passthrough: SpanPassThrough | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`forwarder` set = span mode (every received span goes downstream)."""
+        """`passthrough` set = span mode (every received span goes downstream)."""
         self.settings = settings or IngestSettings()
         self._keep = keep_trace
         self._sink = sink
         self._metrics = metrics
-        self._forwarder = forwarder
+        self._passthrough = passthrough
         self._clock = clock
         self.conventions = Conventions(self.settings.conventions)
         self.buffer = TraceBuffer(self.settings.buffer, metrics=metrics, clock=clock)
         self._max_chars = self.settings.conventions.max_attribute_chars
-        self._held: OrderedDict[tuple[bytes, bytes], _Held] = OrderedDict()
-        self._held_by_trace: dict[bytes, list[bytes]] = {}
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
         mapping = self.settings.conventions.mapping
@@ -131,11 +80,7 @@ class OtlpIngest:
 
     @property
     def span_mode(self) -> bool:
-        return self._forwarder is not None
-
-    @property
-    def held_count(self) -> int:
-        return len(self._held)
+        return self._passthrough is not None
 
     # -- the hot path --
 
@@ -144,8 +89,8 @@ class OtlpIngest:
         """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
         has it (forwarded as is when nothing in it is held; without it the request is encoded
         once). Counts the spans under `receiver`. `ack` (a PendingAck) is held by each sampled
-        trace until its retrievals are decided. In span mode `request` may lose its held
-        retrieval spans (only when they cannot be cut out of the bytes directly)."""
+        trace until its retrievals are decided. In span mode the request goes on to the span
+        write-back, which may cut the held retrieval spans out of it."""
         routes: dict[bytes, int] = {}
         routed: list[tuple[int, Any, Any, str, int]] = []
         total = 0
@@ -173,22 +118,13 @@ class OtlpIngest:
             return
 
         data = raw
-        if data is None and (self._forwarder is not None or self._sink is not None):
+        if data is None and (self._passthrough is not None or self._sink is not None):
             data = request.SerializeToString()
         held = self._take_routed(request, routed, data, ack) if routed else []
         if not routed and self._sink is not None and data is not None:
             self._count_not_sampled(request, data, {}, set())
-        if self._forwarder is None or total == len(held):
-            return
-        if held:
-            assert data is not None
-            cut = remove_spans(data, [span_bytes for _, _, span_bytes in held])
-            if cut is None:  # not found verbatim (non-canonical encoder): re-encode without them
-                self._delete_from_request(held)
-                cut = request.SerializeToString()
-            data = cut
-        assert data is not None
-        self._forwarder.forward_raw(data, total - len(held))
+        if self._passthrough is not None:
+            self._passthrough.pass_through(request, data, total, held)
 
     def _route(self, trace_id: bytes, service: str, receiver: str) -> int:
         buffer = self.buffer
@@ -204,26 +140,14 @@ class OtlpIngest:
         self._metrics.receiver_errors.labels(receiver=receiver, reason="invalid_trace_id").inc()
         return _UNSAMPLED
 
-    @staticmethod
-    def _delete_from_request(held: list[tuple[Any, bytes, bytes]]) -> None:
-        by_scope: dict[int, tuple[Any, set[bytes]]] = {}
-        for ss, span_id, _ in held:
-            by_scope.setdefault(id(ss), (ss, set()))[1].add(span_id)
-        for ss, span_ids in by_scope.values():
-            spans = ss.spans
-            for index in range(len(spans) - 1, -1, -1):
-                if spans[index].span_id in span_ids:
-                    del spans[index]
-
     def _take_routed(self, request: ExportTraceServiceRequest, routed: list[tuple[int, Any, Any, str, int]],
-                     data: bytes | None, ack: Any) -> list[tuple[Any, bytes, bytes]]:
-        """Copies the spans of sampled traces into the buffer and holds their retrieval spans
-        (span mode). Returns (scope spans, span id, span bytes) of each held span."""
-        span_mode = self._forwarder is not None
+                     data: bytes | None, ack: Any) -> list[HeldSpan]:
+        """Copies the spans of sampled traces into the buffer; in span mode, returns their
+        retrieval spans, to be held until scored."""
+        span_mode = self._passthrough is not None
         fast_routed: dict[tuple[int, str], int] = {}
         routed_ids: set[tuple[bytes, bytes]] = set()
-        held: list[tuple[Any, bytes, bytes]] = []
-        now = self._clock()
+        held: list[HeldSpan] = []
         resources: dict[int, dict[str, Any]] = {}
         for ri, ss, span, service, route in routed:
             resource = resources.get(ri)
@@ -241,17 +165,7 @@ class OtlpIngest:
                 continue
             self.buffer.add(record, ack)
             if span_mode and self.conventions.is_retrieval(record):
-                rs = request.resource_spans[ri]
-                copy = Span()
-                copy.CopyFrom(span)
-                resource = Resource()
-                resource.CopyFrom(rs.resource)
-                scope = InstrumentationScope()
-                scope.CopyFrom(ss.scope)
-                self._held[(record.trace_id, record.span_id)] = _Held(
-                    resource, scope, rs.schema_url, copy, now + self.settings.hold_deadline_s)
-                self._held_by_trace.setdefault(record.trace_id, []).append(record.span_id)
-                held.append((ss, record.span_id, copy.SerializeToString()))
+                held.append(HeldSpan(record.trace_id, record.span_id, span, ss, request.resource_spans[ri]))
         if self._sink is not None and data is not None:
             self._count_not_sampled(request, data, fast_routed, routed_ids)
         return held
@@ -303,19 +217,14 @@ class OtlpIngest:
         if self._task is None:
             self._task = asyncio.create_task(self._flush_loop(), name="otlp-ingest-flush")
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        """Hands every buffered trace to the sink, waits up to `timeout_s` for held spans to be
-        decided, then sends the rest unscored."""
+    async def stop(self) -> None:
+        """Hands every buffered trace to the sink."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         for trace in self.buffer.pop_all():
             self._finish(trace)
-        deadline = time.monotonic() + timeout_s
-        while self._held and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self._expire_holds(force=True)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -326,11 +235,10 @@ class OtlpIngest:
                 log.exception("trace assembly flush failed")
 
     def flush(self) -> int:
-        """Processes ready traces and expired holds now; returns the number of traces handed out."""
+        """Processes ready traces now; returns the number of traces handed out."""
         traces = self.buffer.pop_ready()
         for trace in traces:
             self._finish(trace)
-        self._expire_holds()
         return len(traces)
 
     def _finish(self, trace: BufferedTrace) -> None:
@@ -339,86 +247,26 @@ class OtlpIngest:
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
             extracted = []
-        held_ids = set(self._held_by_trace.pop(trace.trace_id, ()))
-        claimed: list[Extracted] = []
+        countdown = Countdown(len(extracted), trace.acks)
+        handed: set[bytes] = set()
         for item in extracted:
-            claimed.append(item)
-            held_ids.discard(item.span.span_id)
-        for span_id in held_ids:  # held at ingest but no retrieval came out of it
-            self.release_held(trace.trace_id, span_id, None)
-        if not claimed:
-            _release_all(trace.acks)
-            return
-        countdown = _Countdown(len(claimed), trace.acks)
-        for item in claimed:
             if item.dropped_contexts:
                 self._metrics.contexts_dropped.inc(item.dropped_contexts)
             retrieval = item.retrieval
-            retrieval.on_decided = self._on_decided_for(item.span.trace_id, item.span.span_id, countdown)
+            retrieval.ack = countdown
             if self._sink is None:
-                retrieval.on_decided(Decision.FILTERED, None)
+                countdown.release()
                 continue
             try:
                 self._sink.submit(retrieval)
             except Exception:
-                # The sink must not raise; if it does, free the held span and the ack anyway.
+                # The sink must not raise; if it does, the input is released all the same.
                 log.exception("retrieval sink refused trace %s span %s", retrieval.trace_id, retrieval.span_id)
-                retrieval.on_decided(Decision.FAILED, None)
-
-    def _on_decided_for(self, trace_id: bytes, span_id: bytes,
-                        countdown: _Countdown) -> Callable[..., None]:
-        fired = False
-
-        def on_decided(decision: Decision, attributes: dict[str, Any] | None = None) -> None:
-            nonlocal fired
-            if fired:
-                return
-            fired = True
-            if self._forwarder is not None:
-                self.release_held(trace_id, span_id, attributes)
-            countdown.done_one()
-
-        return on_decided
-
-    # -- held retrieval spans --
-
-    def release_held(self, trace_id: bytes | str, span_id: bytes | str,
-                     attributes: dict[str, Any] | None = None) -> bool:
-        """Sends a held retrieval span downstream, with `attributes` added. False if it is not
-        held (never was, or its hold deadline already sent it)."""
-        key = (_id_bytes(trace_id), _id_bytes(span_id))
-        held = self._held.pop(key, None)
-        if held is None:
-            return False
-        if attributes:
-            set_attributes(held.span, attributes)
-        self._send_held(held)
-        outcome = "scored" if attributes and "gen_ai.evaluation.score.value" in attributes else "unscored"
-        self._metrics.exported_spans.labels(exporter=HOLD_EXPORTER, outcome=outcome).inc()
-        return True
-
-    def _expire_holds(self, force: bool = False) -> None:
-        now = self._clock()
-        while self._held:
-            key, held = next(iter(self._held.items()))
-            if not force and held.deadline > now:
-                break
-            del self._held[key]
-            self._send_held(held)
-            self._metrics.exported_spans.labels(exporter=HOLD_EXPORTER, outcome="expired").inc()
-
-    def _send_held(self, held: _Held) -> None:
-        if self._forwarder is None:
-            return
-        request = ExportTraceServiceRequest()
-        rs = request.resource_spans.add()
-        rs.resource.CopyFrom(held.resource)
-        rs.schema_url = held.schema_url
-        ss = rs.scope_spans.add()
-        ss.scope.CopyFrom(held.scope)
-        ss.spans.append(held.span)
-        self._forwarder.forward_raw(request.SerializeToString(), 1)
-
-
-def _id_bytes(value: bytes | str) -> bytes:
-    return value if isinstance(value, bytes) else bytes.fromhex(value)
+                if retrieval.ack is not None:
+                    retrieval.ack = None
+                    countdown.release()
+                continue
+            handed.add(item.span.span_id)
+        if self._passthrough is not None:
+            # Held spans of this trace that are not retrievals in the sink's hands go on unscored.
+            self._passthrough.trace_done(trace.trace_id, handed)

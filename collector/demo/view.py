@@ -7,12 +7,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from ctxprec.collector.model import Decision
-
-if TYPE_CHECKING:
-    from ctxprec.collector.scoring.workers import ScoreOutcome
+from ctxprec.collector.model import Decision, Outcome
 
 WINDOW_S = 5.0
 
@@ -33,7 +28,9 @@ class Tally:
         self.services: dict[str, ServiceTally] = {}
         self.degraded_traces: set[str] = set()
 
-    def emit(self, outcome: "ScoreOutcome") -> None:
+    def emit(self, outcome: Outcome) -> None:
+        if not outcome.scored:  # decided without the judge (throttled, duplicate, ...)
+            return
         r = outcome.retrieval
         tally = self.services.setdefault(r.service, ServiceTally())
         if outcome.decision is not Decision.EVALUATED or outcome.result is None:

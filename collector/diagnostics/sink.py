@@ -5,7 +5,7 @@ diagnostics endpoints.
 Wiring (what the pipeline does with it):
 
     sink = DiagnosticsSink(settings, metrics=metrics, drift=drift_monitor, redact=redactor)
-    workers.add_sink(sink)                      # after the MetricsSink
+    fanout.add(sink)                            # a ResultSink, after the MetricsSink
     GET /diagnostics/documents -> sink.documents_json(request.query)
     GET /diagnostics/drift     -> sink.drift_json(request.query)
     GET /diagnostics/top_k     -> sink.top_k_json(request.query)
@@ -27,12 +27,11 @@ from ctxprec.collector.diagnostics.slices import SliceTracker
 from ctxprec.collector.diagnostics.top_k import TopKTracker
 from ctxprec.collector.diagnostics.views import JsonResponse, documents_view, drift_view, top_k_view
 from ctxprec.collector.metrics.registry import LabelCap, Metrics
-from ctxprec.collector.model import Decision, RetrievedContext
+from ctxprec.collector.model import Decision, Outcome, RetrievedContext
 from ctxprec.scorer.documents import identity
 
 if TYPE_CHECKING:
     from ctxprec.collector.metrics.drift import DriftMonitor
-    from ctxprec.collector.scoring.workers import ScoreOutcome
 
 
 class DiagnosticsSink:
@@ -54,7 +53,8 @@ class DiagnosticsSink:
         if drift is not None:
             drift.on_alarm = self.explainer
 
-    def emit(self, outcome: "ScoreOutcome") -> None:
+    def emit(self, outcome: Outcome) -> None:
+        """Every decision comes here; only evaluated ones carry verdicts to count."""
         result = outcome.result
         if outcome.decision is not Decision.EVALUATED or result is None:
             return

@@ -1,37 +1,15 @@
-"""Score and failure -> span attributes (SPEC.md section 6), shared by the span and evaluator
-write-back modes so that both carry exactly the same keys."""
+"""Score and failure -> span attributes (docs/FORMATS.md, "Span attributes written"), shared by
+the span and evaluator write-back modes so that both carry exactly the same keys."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from ctxprec.collector.model import Decision, Outcome
+from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer.result import ScoreResult
 
 EVALUATION_NAME = "context_precision"
-
-
-@dataclass(frozen=True, slots=True)
-class ScorerIdentity:
-    """What the attributes say about the scorer that produced a score."""
-
-    model: str
-    prompt_version: str
-    annotator_kind: str  # "LLM" | "CODE"
-    identifier: str  # engine.fingerprint
-    scale: float = 1.0
-    threshold: float = 0.5  # fraction of scale: normalized score >= threshold -> "high"
-
-    @classmethod
-    def of_engine(cls, engine: Any, *, threshold: float = 0.5) -> "ScorerIdentity":
-        return cls(
-            model=str(engine.model),
-            prompt_version=str(engine.prompt_version),
-            annotator_kind=str(engine.annotator_kind),
-            identifier=str(engine.fingerprint),
-            scale=float(engine.scale),
-            threshold=threshold,
-        )
 
 
 def score_label(result: ScoreResult, threshold: float) -> str:
@@ -51,11 +29,24 @@ def _provenance(identity: ScorerIdentity, sample_rate: float, reference_kind: st
     return attrs
 
 
-def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, sample_rate: float,
+def outcome_attributes(outcome: Outcome, identity: ScorerIdentity, *, threshold: float) -> dict[str, Any] | None:
+    """The attributes an outcome writes: a score's, a failure's, or None for a retrieval that was
+    not scored (its span goes on as it was)."""
+    r = outcome.retrieval
+    if outcome.decision is Decision.EVALUATED and outcome.result is not None:
+        return score_attributes(outcome.result, identity, threshold=threshold, sample_rate=r.sample_rate,
+                                answer_source=r.answer_source, answer_clean=r.answer_clean)
+    if outcome.decision is Decision.FAILED:
+        error_type = outcome.error[0] if outcome.error else "failed"
+        return failure_attributes(error_type, identity, sample_rate=r.sample_rate, answer_source=r.answer_source)
+    return None
+
+
+def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, threshold: float, sample_rate: float,
                      answer_source: str = "none", answer_clean: bool = True) -> dict[str, Any]:
     """`answer_clean=False` (the answer was a value of unknown shape, used as it stood) adds
     `ctxprec.answer_raw = true`, so that such scores can be found and the shape reported."""
-    label = score_label(result, identity.threshold)
+    label = score_label(result, threshold)
     score = float(result.score)
     attrs: dict[str, Any] = {
         "gen_ai.evaluation.name": EVALUATION_NAME,

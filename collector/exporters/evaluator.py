@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -31,13 +31,12 @@ from opentelemetry.proto.logs.v1.logs_pb2 import SEVERITY_NUMBER_INFO
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from ctxprec.collector.assembly.spans import set_any_value
+from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.otlp_sender import LOGS, TRACES, OtlpSender, SenderSettings
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision
+from ctxprec.collector.model import Decision, Outcome
+from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.version import VERSION
-
-if TYPE_CHECKING:
-    from ctxprec.collector.scoring.workers import ScoreOutcome
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +74,11 @@ class EvaluatorSettings:
 class EvaluatorExporter:
     """A `ResultSink`."""
 
-    def __init__(self, settings: EvaluatorSettings, *, metrics: Metrics, version: str = VERSION) -> None:
+    def __init__(self, settings: EvaluatorSettings, identity: ScorerIdentity, *, metrics: Metrics,
+                 threshold: float = 0.5, version: str = VERSION) -> None:
         self.settings = settings
+        self.identity = identity
+        self.threshold = threshold
         self.metrics = metrics
         self._version = version
         self._spans = OtlpSender(settings.sender(TRACES), metrics=metrics, exporter=EXPORTER)
@@ -106,8 +108,11 @@ class EvaluatorExporter:
         if self._logs is not None:
             await self._logs.stop(timeout_s)
 
-    def emit(self, outcome: "ScoreOutcome") -> None:
-        if outcome.attributes is None or outcome.decision not in (Decision.EVALUATED, Decision.FAILED):
+    def emit(self, outcome: Outcome) -> None:
+        if not outcome.scored:
+            return
+        attributes = outcome_attributes(outcome, self.identity, threshold=self.threshold)
+        if attributes is None:
             return
         r = outcome.retrieval
         trace_id, span_id = _otel_id(r.trace_id, 16), _otel_id(r.span_id, 8)
@@ -119,14 +124,15 @@ class EvaluatorExporter:
         if not resource.get("service.name") and r.service:
             resource["service.name"] = r.service
         timestamp = int(outcome.scored_at * 1e9)
-        self._spans.forward_raw(self._span_request(outcome, trace_id, span_id, resource, timestamp), 1)
+        self._spans.forward_raw(self._span_request(outcome, attributes, trace_id, span_id, resource, timestamp), 1)
         if self.logs_enabled:
             assert self._logs is not None
-            self._logs.forward_raw(self._log_request(outcome, trace_id, span_id, resource, timestamp), 1)
+            self._logs.forward_raw(
+                self._log_request(outcome, attributes, trace_id, span_id, resource, timestamp), 1)
         self.emitted += 1
 
-    def _span_request(self, outcome: "ScoreOutcome", trace_id: bytes, span_id: bytes, resource: dict[str, Any],
-                      timestamp: int) -> bytes:
+    def _span_request(self, outcome: Outcome, attributes: dict[str, Any], trace_id: bytes, span_id: bytes,
+                      resource: dict[str, Any], timestamp: int) -> bytes:
         request = ExportTraceServiceRequest()
         rs = request.resource_spans.add()
         _fill(rs.resource.attributes, resource)
@@ -141,8 +147,7 @@ class EvaluatorExporter:
         span.name = SPAN_NAME
         span.kind = Span.SPAN_KIND_INTERNAL
         span.start_time_unix_nano = span.end_time_unix_nano = timestamp
-        assert outcome.attributes is not None
-        _fill(span.attributes, {"openinference.span.kind": "EVALUATOR", **outcome.attributes})
+        _fill(span.attributes, {"openinference.span.kind": "EVALUATOR", **attributes})
         link = span.links.add()
         link.trace_id = trace_id
         link.span_id = span_id
@@ -152,9 +157,8 @@ class EvaluatorExporter:
             span.status.message = outcome.error[1] if outcome.error else "scoring failed"
         return request.SerializeToString()
 
-    def _log_request(self, outcome: "ScoreOutcome", trace_id: bytes, span_id: bytes, resource: dict[str, Any],
-                     timestamp: int) -> bytes:
-        assert outcome.attributes is not None
+    def _log_request(self, outcome: Outcome, attributes: dict[str, Any], trace_id: bytes, span_id: bytes,
+                     resource: dict[str, Any], timestamp: int) -> bytes:
         request = ExportLogsServiceRequest()
         rl = request.resource_logs.add()
         _fill(rl.resource.attributes, resource)
@@ -168,12 +172,12 @@ class EvaluatorExporter:
         record.trace_id = trace_id
         record.span_id = span_id
         record.flags = 0x01
-        body = outcome.attributes.get("gen_ai.evaluation.explanation") or (outcome.error[1] if outcome.error else None)
+        body = attributes.get("gen_ai.evaluation.explanation") or (outcome.error[1] if outcome.error else None)
         if body:
             record.body.string_value = str(body)
-        attributes = {k: outcome.attributes[k] for k in _EVENT_KEYS if k in outcome.attributes}
-        attributes["ctxprec.record_id"] = str(outcome.record.get("id", ""))
-        _fill(record.attributes, attributes)
+        event = {k: attributes[k] for k in _EVENT_KEYS if k in attributes}
+        event["ctxprec.record_id"] = str((outcome.record or {}).get("id", ""))
+        _fill(record.attributes, event)
         return request.SerializeToString()
 
 

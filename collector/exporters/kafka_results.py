@@ -1,4 +1,4 @@
-"""Kafka results exporter: one score record (SPEC.md section 3) per decision `evaluated` or
+"""Kafka results exporter: one score record (docs/FORMATS.md) per decision `evaluated` or
 `failed`, as JSON, to `--kafka-results-topic`, keyed by trace id (a trace's records stay in one
 partition, in order). The record's `id` is the idempotency key and is also sent as the header
 `ctxprec.record_id`, so consumers can de-duplicate replays without parsing the value.
@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import Outcome
 from ctxprec.collector.receivers.kafka_config import KafkaSettings
 from ctxprec.collector.receivers.kafka_offsets import SequenceTracker
 
@@ -93,8 +94,10 @@ class KafkaResultsExporter:
 
     # -- ResultSink -------------------------------------------------------------------------------
 
-    def emit(self, outcome: Any) -> None:
-        record: dict[str, Any] = outcome.record
+    def emit(self, outcome: Outcome) -> None:
+        record = outcome.record
+        if record is None:  # a decision without a score: nothing to write
+            return
         key = str(record.get("trace_id") or "").encode()
         value = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         headers = [("ctxprec.record_id", str(record.get("id") or "").encode())]

@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics, rank_label
-from ctxprec.collector.model import Decision
-
-if TYPE_CHECKING:
-    from ctxprec.collector.scoring.workers import ScoreOutcome
+from ctxprec.collector.model import Decision, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +142,7 @@ class MetricsSink:
         self._rank_judged = Children(metrics.rank_judged)
         self._reference_kind = Children(metrics.reference_kind)
 
-    def emit(self, outcome: "ScoreOutcome") -> None:
+    def emit(self, outcome: Outcome) -> None:
         m = self.metrics
         r = outcome.retrieval
         result = outcome.result

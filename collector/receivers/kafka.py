@@ -6,7 +6,7 @@ replay after a crash is harmless downstream).
 Per message handed to the pipeline: a `PendingAck` whose completion marks the offset done in the
 partition's ledger (`kafka_offsets.PartitionOffsets`). OTLP formats go through
 `OtlpIngest.ingest(..., ack=...)`, which holds the ack for every retrieval or buffered trace it
-takes on; `rag_event` messages become one `Retrieval` whose `on_decided` releases the ack. The ack
+takes on; `rag_event` messages become one `Retrieval` that carries the ack to its decision. The ack
 is sealed once the message is handed over, so a message with nothing to score is done at once.
 
 rag_event head sampling happens here, with the gate's sampler (the pipeline passes it): at 1%
@@ -390,13 +390,13 @@ class KafkaReceiver:
         retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
         ack = self._ack_for(part, offset)
         ack.hold()
-        retrieval.on_decided = lambda decision, attributes=None: ack.release()
+        retrieval.ack = ack  # released by the last stage, once the retrieval has its decision
         try:
             self.sink.submit(retrieval)
         except Exception as exc:  # the pipeline refused it: dead-letter rather than stall
             log.exception("kafka message %s[%d]@%d could not be handed over", record.topic, record.partition, offset)
-            if retrieval.on_decided is not None:  # never decided: do not hold the offset
-                retrieval.on_decided = None
+            if retrieval.ack is not None:  # never decided: do not hold the offset
+                retrieval.ack = None
                 ack.release()
             self._dead_letter(record, ack, "ingest_error", f"{type(exc).__name__}: {exc}")
             return

@@ -16,11 +16,9 @@ import os
 import resource
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
-from ctxprec.collector.metrics.children import Children
-from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.model import Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -32,34 +30,13 @@ class ScoringQueue(Protocol):
     def try_submit(self, retrieval: Retrieval) -> bool: ...
 
 
-class DecisionRecorder:
-    """Counts a decision and tells the retrieval's owner, exactly once per retrieval."""
+class Decisions(Protocol):
+    """Where decisions go (exporters/fanout.ResultFanout): outcomes, and bulk counts of
+    retrievals that were never read (unsampled spans)."""
 
-    def __init__(self, metrics: Metrics | None) -> None:
-        self.metrics = metrics
-        self._counts: dict[str, int] = {}
-        self._samples = Children(metrics.samples) if metrics is not None else None
+    def emit(self, outcome: Outcome) -> None: ...
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return dict(self._counts)
-
-    def count(self, service: str, decision: Decision, n: int = 1) -> None:
-        self._counts[decision.value] = self._counts.get(decision.value, 0) + n
-        if self._samples is not None and self.metrics is not None and n > 0:
-            self._samples(self.metrics.service(service), decision.value).inc(n)
-
-    def record(self, retrieval: Retrieval, decision: Decision, attributes: dict[str, Any] | None = None) -> None:
-        self.count(retrieval.service, decision)
-        callback = retrieval.on_decided
-        if callback is None:
-            return
-        # Clear first: a second record() for the same retrieval can then never call back twice.
-        retrieval.on_decided = None
-        try:
-            callback(decision, attributes)
-        except Exception:  # the owner's bookkeeping must not break the pipeline
-            log.exception("on_decided callback failed for trace %s span %s", retrieval.trace_id, retrieval.span_id)
+    def count(self, service: str, decision: Decision, n: int = 1) -> None: ...
 
 
 class TokenBucket:
@@ -192,7 +169,7 @@ class RetrievalGate:
         *,
         sampler: Sampler,
         queue: ScoringQueue,
-        recorder: DecisionRecorder,
+        decisions: Decisions,
         throttle: TokenBucket | None = None,
         budget: DailyBudget | None = None,
         rss_guard: RssGuard | None = None,
@@ -200,7 +177,7 @@ class RetrievalGate:
     ) -> None:
         self.sampler = sampler
         self.queue = queue
-        self.recorder = recorder
+        self.decisions = decisions
         self.throttle = throttle
         self.budget = budget
         self.rss_guard = rss_guard
@@ -210,15 +187,13 @@ class RetrievalGate:
     def not_sampled(self, service: str, count: int) -> None:
         """Retrievals that the head decision dropped without reading them."""
         if count > 0:
-            self.recorder.count(service, Decision.NOT_SAMPLED, count)
+            self.decisions.count(service, Decision.NOT_SAMPLED, count)
 
     def submit(self, retrieval: Retrieval) -> None:
         decision = self._decide(retrieval)
         if decision is not None:
-            attributes = None
-            if decision is Decision.FAILED:
-                attributes = {"error.type": "shutdown"}
-            self.recorder.record(retrieval, decision, attributes)
+            error = ("shutdown", "the sidecar was shutting down") if decision is Decision.FAILED else None
+            self.decisions.emit(Outcome(retrieval, decision, error=error))
 
     def _decide(self, r: Retrieval) -> Decision | None:
         """The decision, or None when the retrieval was queued for scoring."""
@@ -247,6 +222,3 @@ class RetrievalGate:
             return Decision.OVERLOADED
         return None
 
-
-# docs/INTERNALS.md calls the pipeline's entry for retrievals the `RetrievalSink`.
-RetrievalSink = RetrievalGate

@@ -2,9 +2,8 @@
 
 Ingestion only ever calls `try_submit`, which never waits: a full queue is the overload signal
 (the gate decides `overloaded`). Each queued retrieval ends in `evaluated` or `failed`; a judge
-failure is a `failed` decision with the error's kind, never an invented score. Results fan out to
-the `ResultSink`s first and the decision is recorded after, so that whoever acknowledges input on
-the decision (Kafka offsets) only does so once the results have been handed on.
+failure is a `failed` decision with the error's kind, never an invented score. The outcome, with
+its score record, goes on to the `ResultSink` downstream; scoring knows nothing of exporters.
 
 Shutdown: `aclose(timeout_s)` stops taking work, lets the queue drain until the deadline, then
 cancels what is still running; everything not finished by then is decided `failed` with error
@@ -15,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol, Sequence
+from typing import Any
 
-from ctxprec.collector.exporters.attributes import ScorerIdentity, failure_attributes, score_attributes
+from ctxprec.collector.components import ResultSink
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval
-from ctxprec.collector.sampling.decide import DailyBudget, DecisionRecorder
-from ctxprec.scorer.documents import identity
+from ctxprec.collector.model import Decision, Outcome, Retrieval
+from ctxprec.collector.sampling.decide import DailyBudget
+from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
 from ctxprec.scorer.records import failure_record, record_id, score_record
 from ctxprec.scorer.result import ScoreResult
@@ -33,38 +32,21 @@ log = logging.getLogger(__name__)
 SHUTDOWN = "shutdown"
 
 
-@dataclass(slots=True)
-class ScoreOutcome:
-    retrieval: Retrieval
-    decision: Decision  # EVALUATED or FAILED
-    result: ScoreResult | None
-    error: tuple[str, str] | None  # (type, message)
-    record: dict[str, Any]
-    attributes: dict[str, Any] | None = None  # SPEC.md section 6 attributes, as written back
-    scored_at: float = field(default_factory=time.time)  # unix seconds
-
-
-class ResultSink(Protocol):
-    def emit(self, outcome: ScoreOutcome) -> None: ...
-
-
 class ScoringWorkers:
     def __init__(
         self,
         engine: Any,
         *,
-        recorder: DecisionRecorder,
+        downstream: ResultSink,
         identity: ScorerIdentity,
-        sinks: Sequence[ResultSink] = (),
         queue_size: int = 1000,
         workers: int = 8,
         metrics: Metrics | None = None,
         budget: DailyBudget | None = None,
     ) -> None:
         self.engine = engine
-        self.recorder = recorder
+        self.downstream = downstream
         self.identity = identity
-        self.sinks: list[ResultSink] = list(sinks)
         self.queue_size = queue_size
         self.worker_count = workers
         self.metrics = metrics
@@ -77,9 +59,6 @@ class ScoringWorkers:
         self._closing = False
         self._cancelled = False
         self.in_flight = 0
-
-    def add_sink(self, sink: ResultSink) -> None:
-        self.sinks.append(sink)
 
     @property
     def depth(self) -> int:
@@ -135,12 +114,11 @@ class ScoringWorkers:
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), document_ids=[identity(c) for c in r.contexts])
-        attrs = score_attributes(result, self.identity, sample_rate=r.sample_rate, answer_source=r.answer_source,
-                                 answer_clean=r.answer_clean)
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc),
+            document_ids=[documents.identity(c) for c in r.contexts])
         if self.budget is not None:
             self.budget.settle(result.usage.cost_usd)
-        self._finish(ScoreOutcome(r, Decision.EVALUATED, result, None, record, attrs, now))
+        self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
 
     def _fail(self, r: Retrieval, error_type: str, message: str) -> None:
         now = time.time()
@@ -150,19 +128,9 @@ class ScoringWorkers:
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
-        attrs = failure_attributes(error_type, self.identity, sample_rate=r.sample_rate,
-                                   answer_source=r.answer_source)
         if self.budget is not None:
             self.budget.settle(0.0)
-        self._finish(ScoreOutcome(r, Decision.FAILED, None, (error_type, message), record, attrs, now))
-
-    def _finish(self, outcome: ScoreOutcome) -> None:
-        for sink in self.sinks:
-            try:
-                sink.emit(outcome)
-            except Exception:  # one broken sink must not cost the others their result
-                log.exception("result sink %s failed", type(sink).__name__)
-        self.recorder.record(outcome.retrieval, outcome.decision, outcome.attributes)
+        self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
 
     async def drain(self, timeout_s: float) -> bool:
         """Stop taking work and wait up to `timeout_s` for the queue to empty and the workers to

@@ -8,6 +8,7 @@ from string import Template
 from typing import Any, Sequence
 
 from ctxprec.scorer.report.load import LoadedRecords
+from ctxprec.scorer.report.render_documents import never_relevant_section, noisy_documents_section, top_k_section
 from ctxprec.scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
 from ctxprec.scorer.report.svg import Bar, Point, bar_chart, line_chart
 
@@ -15,9 +16,6 @@ REASON_CHARS = 600  # reasons are cut in the table of lowest scores; the record 
 
 
 def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
-    # Imported here: the document sections reuse this module's helpers.
-    from ctxprec.scorer.report.render_documents import never_relevant_section, noisy_documents_section, top_k_section
-
     template = Template(resources.files("ctxprec.scorer.report").joinpath("template.html").read_text(encoding="utf-8"))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [_problems(loaded)]

@@ -1,12 +1,12 @@
 """HTML for the report's document and top-k sections: "The right top-k", "Top noisy documents" and
-"Documents never judged relevant". Built from ReportData.top_k and ReportData.documents with the
-same helpers and charts as the other sections."""
+"Documents never judged relevant". Built from ReportData.top_k and ReportData.documents, with the
+report's SVG charts."""
 from __future__ import annotations
 
 from html import escape
 
 from ctxprec.scorer.report.documents import NEVER_RELEVANT_MIN_RETRIEVED, DocumentFigures, TopKFigures
-from ctxprec.scorer.report.render import _num, _pct, _section, _table
+from ctxprec.scorer.report.html import num, pct, section, table
 from ctxprec.scorer.report.svg import Point, line_chart
 from ctxprec.scorer.top_k import DEFAULT_KEEP
 
@@ -21,7 +21,7 @@ def top_k_section(figures: TopKFigures) -> str:
     heading = "The right top-k"
     advice = figures.overall
     if advice is None:
-        return _section("top-k", heading, '<p class="note">No verdicts to count.</p>')
+        return section("top-k", heading, '<p class="note">No verdicts to count.</p>')
     points = [Point(x=p.k, y=p.kept_share, tooltip=f"top-{p.k}: keeps {p.kept_share:.1%} of the relevant contexts, "
                                                   f"{p.contexts_per_request:.2f} contexts per request")
               for p in advice.curve]
@@ -46,53 +46,53 @@ def top_k_section(figures: TopKFigures) -> str:
         a = row.advice
         kept = a.curve[a.recommended_k - 1].kept_share if a.recommended_k else None
         rows.append([escape(row.service), escape(row.retriever), f"{a.requests:g}", str(a.max_rank),
-                     str(a.recommended_k) if a.recommended_k else "&ndash;", _pct(kept),
-                     _num(a.saved_contexts_per_request if a.recommended_k else None, 2)])
-    table = _table([("service", False), ("retriever", False), ("retrievals", True), ("deepest rank", True),
+                     str(a.recommended_k) if a.recommended_k else "&ndash;", pct(kept),
+                     num(a.saved_contexts_per_request if a.recommended_k else None, 2)])
+    rendered = table([("service", False), ("retriever", False), ("retrievals", True), ("deepest rank", True),
                     ("recommended k", True), ("relevant kept", True), ("contexts saved per request", True)], rows)
-    return _section(
+    return section(
         "top-k", heading,
         f'<p class="note">The smallest k that keeps at least {DEFAULT_KEEP:.0%} of the relevant contexts seen: '
         "if the retriever returned only its first k contexts, how many of the contexts the judge found "
-        f"relevant would still reach the LLM.</p>{chart}{hint}{table}",
+        f"relevant would still reach the LLM.</p>{chart}{hint}{rendered}",
     )
 
 
 def noisy_documents_section(figures: DocumentFigures) -> str:
     heading = "Top noisy documents"
     if not figures.named_verdicts:
-        return _section("noisy-documents", heading, NO_DOCUMENTS)
+        return section("noisy-documents", heading, NO_DOCUMENTS)
     if not figures.noisy:
-        return _section("noisy-documents", heading, '<p class="note">No document was judged irrelevant.</p>')
+        return section("noisy-documents", heading, '<p class="note">No document was judged irrelevant.</p>')
     rows = [[f"<code>{escape(r.document)}</code>", str(r.irrelevant), str(r.retrieved), str(r.relevant),
-             _pct(r.irrelevant_rate), _num(r.mean_rank, 1)] for r in figures.noisy]
-    table = _table([("document", False), ("judged irrelevant", True), ("retrieved", True), ("relevant", True),
+             pct(r.irrelevant_rate), num(r.mean_rank, 1)] for r in figures.noisy]
+    rendered = table([("document", False), ("judged irrelevant", True), ("retrieved", True), ("relevant", True),
                     ("irrelevant rate", True), ("mean rank", True)], rows)
-    return _section(
+    return section(
         "noisy-documents", heading,
         '<p class="note">The documents most often retrieved and judged irrelevant: candidates for removal, '
         "re-chunking or better metadata. Documents are named by their id, or by <code>sha256:</code> and a "
-        f"hash of their text when they have none.{_left_out(figures)}</p>{table}",
+        f"hash of their text when they have none.{_left_out(figures)}</p>{rendered}",
     )
 
 
 def never_relevant_section(figures: DocumentFigures) -> str:
     heading = "Documents never judged relevant"
     if not figures.named_verdicts:
-        return _section("never-relevant", heading, NO_DOCUMENTS)
+        return section("never-relevant", heading, NO_DOCUMENTS)
     if not figures.never_relevant:
-        return _section("never-relevant", heading,
+        return section("never-relevant", heading,
                         f'<p class="note">Every document retrieved at least {NEVER_RELEVANT_MIN_RETRIEVED} times was '
                         "judged relevant at least once.</p>")
     shown = len(figures.never_relevant)
     more = f" (the {shown} most retrieved are listed)" if figures.never_relevant_count > shown else ""
-    rows = [[f"<code>{escape(r.document)}</code>", str(r.retrieved), _num(r.mean_rank, 1)] for r in figures.never_relevant]
-    table = _table([("document", False), ("retrieved", True), ("mean rank", True)], rows)
-    return _section(
+    rows = [[f"<code>{escape(r.document)}</code>", str(r.retrieved), num(r.mean_rank, 1)] for r in figures.never_relevant]
+    rendered = table([("document", False), ("retrieved", True), ("mean rank", True)], rows)
+    return section(
         "never-relevant", heading,
         f'<p class="note" data-count="{figures.never_relevant_count}">{figures.never_relevant_count} of '
         f"{figures.distinct} documents were retrieved at least {NEVER_RELEVANT_MIN_RETRIEVED} times and never judged "
-        f"relevant{more}.{_left_out(figures)}</p>{table}",
+        f"relevant{more}.{_left_out(figures)}</p>{rendered}",
     )
 
 

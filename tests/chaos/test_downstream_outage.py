@@ -95,7 +95,7 @@ async def test_short_outage_is_buffered_and_delivered(make_stub_judge: MakeStub)
         await app.flush()
         max_queued = 0
         while time.monotonic() - went_down < 1.0:
-            max_queued = max(max_queued, pipeline.forwarder.queued_bytes)
+            max_queued = max(max_queued, pipeline.writeback.sender.queued_bytes)
             await asyncio.sleep(0.02)
         await proxy.up()
 
@@ -103,7 +103,7 @@ async def test_short_outage_is_buffered_and_delivered(make_stub_judge: MakeStub)
         assert figures["dropped"] == 0, figures
         assert figures["ok"] == figures["received"] == 25 * SPANS_PER_TRACE, figures
         assert len(delivered(capture, cut_at)) == 25 * SPANS_PER_TRACE
-        assert max_queued <= pipeline.forwarder.settings.max_queue_bytes
+        assert max_queued <= pipeline.writeback.sender.settings.max_queue_bytes
         # Sampled retrieval spans came through the outage with their scores on.
         for span_id in during:
             span = capture.span(span_id)
@@ -117,7 +117,7 @@ async def test_short_outage_is_buffered_and_delivered(make_stub_judge: MakeStub)
 async def test_long_outage_drops_are_counted_and_bounded(make_stub_judge: MakeStub) -> None:
     async def body(pipeline: Any, app: RagApp, proxy: TcpProxy, capture: OtlpCapture) -> None:
         # The bound comes from `--forward-max-queue-mb` (see with_sidecar's flags below).
-        assert pipeline.forwarder.settings.max_queue_bytes == SMALL_QUEUE_BYTES
+        assert pipeline.writeback.sender.settings.max_queue_bytes == SMALL_QUEUE_BYTES
         send(app, 3, 0)
         await app.flush()
         await capture.wait_for_spans(3 * SPANS_PER_TRACE)
@@ -131,7 +131,7 @@ async def test_long_outage_drops_are_counted_and_bounded(make_stub_judge: MakeSt
             if time.monotonic() - went_down < 3.0:
                 send(app, 10, sent)
                 sent += 10
-            max_queued = max(max_queued, pipeline.forwarder.queued_bytes)
+            max_queued = max(max_queued, pipeline.writeback.sender.queued_bytes)
             await asyncio.sleep(0.1)
         rss_growth_mb = (current_rss_bytes() - rss_before) / 2**20
         await proxy.up()

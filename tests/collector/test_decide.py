@@ -4,15 +4,17 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.sampling.decide import (DailyBudget, DecisionRecorder, RecentKeys, RetrievalGate, RssGuard,
-                                       TokenBucket, current_rss_bytes)
+from ctxprec.collector.model import Decision, Outcome, PendingAck, Retrieval, RetrievedContext
+from ctxprec.collector.sampling.decide import (DailyBudget, RecentKeys, RetrievalGate, RssGuard, TokenBucket,
+                                               current_rss_bytes)
 from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
+from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
+from tests.helpers.rag_traces import DecisionLog
 
 # Low 8 bytes zero: sampled at any rate > 0. Low 8 bytes max: sampled only at rate 1.
 LUCKY = "ab" * 8 + "00" * 8
@@ -28,25 +30,24 @@ class FakeClock:
 
 
 def retrieval(span: int, *, trace: str = LUCKY, service: str = "svc", contexts: list[str] | None = None,
-              attributes: dict[str, Any] | None = None, log: list[tuple[str, Decision, Any]] | None = None) -> Retrieval:
-    span_id = f"{span:016x}"
-    r = Retrieval(trace_id=trace, span_id=span_id, service=service, query="reset password",
-                  contexts=[RetrievedContext(c) for c in (contexts if contexts is not None else ["reset your password"])],
-                  attributes=attributes or {})
-    if log is not None:
-        r.on_decided = lambda decision, attrs: log.append((span_id, decision, attrs))
-    return r
+              attributes: dict[str, Any] | None = None) -> Retrieval:
+    return Retrieval(trace_id=trace, span_id=f"{span:016x}", service=service, query="reset password",
+                     contexts=[RetrievedContext(c) for c in (contexts if contexts is not None else ["reset your password"])],
+                     attributes=attributes or {})
 
 
 def make_gate(*, queue_size: int = 100, rate: float = 1.0, rules: list[SamplingRule] | None = None,
+              log: list[tuple[str, Decision, Any]] | None = None,
               **kwargs: Any) -> tuple[RetrievalGate, ScoringWorkers, Metrics]:
+    """`log` gets (span id, decision, attributes the span write-back would write) per decision."""
     metrics = Metrics()
-    recorder = DecisionRecorder(metrics)
     engine = build_engine(JudgeConfig(model="local"))
+    identity = ScorerIdentity.of_engine(engine)
+    fanout = ResultFanout(metrics, [DecisionLog(log, identity)] if log is not None else [])
     # Workers are never started here: the queue fills and stays full, which is what we test.
-    workers = ScoringWorkers(engine, recorder=recorder, identity=ScorerIdentity.of_engine(engine),
-                             queue_size=queue_size, workers=1, metrics=metrics)
-    gate = RetrievalGate(sampler=Sampler(rate, rules), queue=workers, recorder=recorder, **kwargs)
+    workers = ScoringWorkers(engine, downstream=fanout, identity=identity, queue_size=queue_size, workers=1,
+                             metrics=metrics)
+    gate = RetrievalGate(sampler=Sampler(rate, rules), queue=workers, decisions=fanout, **kwargs)
     return gate, workers, metrics
 
 
@@ -58,14 +59,14 @@ def sample_count(metrics: Metrics, service: str, decision: str) -> float:
 async def test_each_path_gives_exactly_one_decision() -> None:
     log: list[tuple[str, Decision, Any]] = []
     gate, workers, metrics = make_gate(
-        queue_size=1, rate=0.5, rules=[SamplingRule(rate=0.0, service="muted")])
-    gate.submit(retrieval(1, trace=UNLUCKY, log=log))                  # hash above the rate
-    gate.submit(retrieval(2, service="muted", log=log))                # a rule excludes it
-    gate.submit(retrieval(3, contexts=[], log=log))
-    gate.submit(retrieval(4, contexts=["  ", ""], log=log))
-    gate.submit(retrieval(5, log=log))                                 # queued
-    gate.submit(retrieval(5, log=log))                                 # same trace+span again
-    gate.submit(retrieval(6, log=log))                                 # queue (size 1) is full
+        queue_size=1, rate=0.5, rules=[SamplingRule(rate=0.0, service="muted")], log=log)
+    gate.submit(retrieval(1, trace=UNLUCKY))                  # hash above the rate
+    gate.submit(retrieval(2, service="muted"))                # a rule excludes it
+    gate.submit(retrieval(3, contexts=[]))
+    gate.submit(retrieval(4, contexts=["  ", ""]))
+    gate.submit(retrieval(5))                                 # queued
+    gate.submit(retrieval(5))                                 # same trace+span again
+    gate.submit(retrieval(6))                                 # queue (size 1) is full
     gate.not_sampled("svc", 3)
 
     decided = {(span, d) for span, d, _ in log}
@@ -82,7 +83,7 @@ async def test_each_path_gives_exactly_one_decision() -> None:
     # Shutting down: the queued one is decided failed/shutdown, later arrivals too.
     await workers.aclose(0.1)
     gate.closed = True
-    gate.submit(retrieval(7, log=log))
+    gate.submit(retrieval(7))
     shutdown = [(span, d, attrs) for span, d, attrs in log if d is Decision.FAILED]
     assert [s for s, _, _ in shutdown] == [f"{5:016x}", f"{7:016x}"]
     assert all(attrs["error.type"] == "shutdown" for _, _, attrs in shutdown)
@@ -101,14 +102,14 @@ async def test_sample_rate_applied_is_recorded_on_the_retrieval() -> None:
 async def test_throttle_is_a_token_bucket_per_minute() -> None:
     clock = FakeClock()
     log: list[tuple[str, Decision, Any]] = []
-    gate, workers, metrics = make_gate(throttle=TokenBucket(60, clock=clock))  # 1/s, burst 10
+    gate, workers, metrics = make_gate(throttle=TokenBucket(60, clock=clock), log=log)  # 1/s, burst 10
     for i in range(12):
-        gate.submit(retrieval(i, log=log))
+        gate.submit(retrieval(i))
     assert workers.depth == 10
     assert [d for _, d, _ in log] == [Decision.THROTTLED, Decision.THROTTLED]
     clock.now += 1.0
-    gate.submit(retrieval(100, log=log))
-    gate.submit(retrieval(101, log=log))
+    gate.submit(retrieval(100))
+    gate.submit(retrieval(101))
     assert workers.depth == 11
     assert sample_count(metrics, "svc", "throttled") == 3
     await workers.aclose(0)
@@ -119,16 +120,16 @@ async def test_daily_budget_stops_scoring_until_the_next_utc_day() -> None:
     clock = FakeClock(day)
     budget = DailyBudget(0.05, clock=clock)
     log: list[tuple[str, Decision, Any]] = []
-    gate, workers, metrics = make_gate(budget=budget)
+    gate, workers, metrics = make_gate(budget=budget, log=log)
     for i in range(4):  # each score costs 0.02: the third would take the day past 0.05
         before = workers.depth
-        gate.submit(retrieval(i, log=log))
+        gate.submit(retrieval(i))
         if workers.depth > before:
             budget.settle(0.02)
     assert [d for _, d, _ in log] == [Decision.OVER_BUDGET, Decision.OVER_BUDGET]
     assert abs(budget.spent - 0.04) < 1e-9 and workers.depth == 2
     clock.now += 120  # past midnight UTC
-    gate.submit(retrieval(10, log=log))
+    gate.submit(retrieval(10))
     assert len(log) == 2 and workers.depth == 3
     assert budget.spent == 0.0
     assert sample_count(metrics, "svc", "over_budget") == 2
@@ -148,11 +149,11 @@ async def test_budget_reserves_in_flight_scores_at_the_average_cost() -> None:
 async def test_rss_over_the_cap_sheds_as_overloaded() -> None:
     assert current_rss_bytes() > 10_000_000  # a Python process is well over 10 MB
     log: list[tuple[str, Decision, Any]] = []
-    gate, workers, _ = make_gate(rss_guard=RssGuard(1_000_000))
-    gate.submit(retrieval(1, log=log))
+    gate, workers, _ = make_gate(rss_guard=RssGuard(1_000_000), log=log)
+    gate.submit(retrieval(1))
     assert [d for _, d, _ in log] == [Decision.OVERLOADED] and workers.depth == 0
-    gate2, workers2, _ = make_gate(rss_guard=RssGuard(current_rss_bytes() * 4))
-    gate2.submit(retrieval(2, log=log))
+    gate2, workers2, _ = make_gate(rss_guard=RssGuard(current_rss_bytes() * 4), log=log)
+    gate2.submit(retrieval(2))
     assert workers2.depth == 1
     await workers2.aclose(0)
 
@@ -169,12 +170,17 @@ def test_recent_keys_forget_after_the_window_and_stay_bounded() -> None:
     assert len(recent._seen) <= 3
 
 
-def test_on_decided_is_called_once_even_if_recorded_twice() -> None:
+def test_the_input_is_released_once_even_if_decided_twice() -> None:
     metrics = Metrics()
-    recorder = DecisionRecorder(metrics)
     log: list[tuple[str, Decision, Any]] = []
-    r = retrieval(1, log=log)
-    recorder.record(r, Decision.EVALUATED, {"gen_ai.evaluation.score.value": 1.0})
-    recorder.record(r, Decision.FAILED, None)
-    assert log == [(f"{1:016x}", Decision.EVALUATED, {"gen_ai.evaluation.score.value": 1.0})]
+    fanout = ResultFanout(metrics, [DecisionLog(log)])
+    released: list[str] = []
+    r = retrieval(1)
+    r.ack = PendingAck(lambda: released.append("done"))
+    r.ack.hold()
+    r.ack.seal()
+    fanout.emit(Outcome(r, Decision.EVALUATED))
+    fanout.emit(Outcome(r, Decision.FAILED))
+    assert released == ["done"]
+    assert [d for _, d, _ in log] == [Decision.EVALUATED, Decision.FAILED]  # both seen: the sinks decide
     assert sample_count(metrics, "svc", "evaluated") == 1

@@ -286,7 +286,7 @@ async def test_shutdown_decides_in_flight_work_failed_and_still_forwards_it(make
             await wait_until(lambda: pipeline.workers.in_flight == 1, what="the retrieval with the judge")
             await wait_until(lambda: len(capture.spans) >= 2, what="the unheld spans forwarded")
         # Stopped: the slow judge never answered, so the retrieval was decided failed/shutdown.
-        assert pipeline.recorder.counts == {"failed": 1}
+        assert pipeline.fanout.counts == {"failed": 1}
         span = await capture.wait_for_span("error.type", "shutdown", timeout=5)
         assert span.span_id == emitted.retriever_span_id
         assert "gen_ai.evaluation.score.value" not in span.attributes

@@ -17,10 +17,10 @@ import pytest
 
 from ctxprec.collector import config as config_module
 from ctxprec.collector.config import ConfigError
-from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.sampling.decide import DecisionRecorder
+from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.engine_process import EXITED, UNAVAILABLE, ProcessEngine
 from ctxprec.collector.scoring.placement import make_engine, usable_cpus, use_scoring_process
 from ctxprec.collector.scoring.workers import ScoringWorkers
@@ -29,6 +29,7 @@ from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import ContextPrecisionEngine, build_engine, engine_identity
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent
 from ctxprec.scorer.result import ScoreResult
+from tests.helpers.rag_traces import DecisionLog
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 ROOT = Path(__file__).resolve().parents[2]
@@ -464,8 +465,9 @@ async def test_workers_over_a_process_engine_evaluate_every_retrieval(make_stub_
 
     engine = ProcessEngine(config)
     metrics = Metrics()
-    decided: dict[str, tuple[Decision, dict[str, Any] | None]] = {}
-    pool = ScoringWorkers(engine, recorder=DecisionRecorder(metrics), identity=ScorerIdentity.of_engine(engine),
+    log: list[tuple[str, Decision, Any]] = []
+    identity = ScorerIdentity.of_engine(engine)
+    pool = ScoringWorkers(engine, downstream=ResultFanout(metrics, [DecisionLog(log, identity)]), identity=identity,
                           queue_size=50, workers=4, metrics=metrics)
     await engine.warm_up()
     await pool.start()
@@ -475,12 +477,12 @@ async def test_workers_over_a_process_engine_evaluate_every_retrieval(make_stub_
             r = Retrieval(trace_id=f"{i + 1:032x}", span_id=span_id, service="svc", query=query,
                           contexts=[RetrievedContext(c) for c in contexts], retriever="kb", output=output,
                           expected_output=expected)
-            r.on_decided = lambda decision, attrs, s=span_id: decided.__setitem__(s, (decision, attrs))
             assert pool.try_submit(r)
-        await wait_for(lambda: len(decided) == len(SAMPLES), timeout=20, what="every retrieval decided")
+        await wait_for(lambda: len(log) == len(SAMPLES), timeout=20, what="every retrieval decided")
     finally:
         await pool.aclose(5)
         await engine.aclose()
+    decided = {span_id: (decision, attrs) for span_id, decision, attrs in log}
     for i, score in enumerate(want):
         decision, attrs = decided[f"{i + 1:016x}"]
         assert decision is Decision.EVALUATED and attrs is not None

@@ -17,17 +17,18 @@ from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 from ctxprec.collector.assembly.trace_buffer import BufferSettings
 from ctxprec.collector.assembly.wire import remove_spans
 from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
+from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, PendingAck
 from ctxprec.collector.receivers.otlp_grpc import GrpcReceiverSettings, OtlpGrpcReceiver
 from ctxprec.collector.receivers.otlp_http import HttpReceiverSettings, OtlpHttpReceiver
 from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.collector.scoring.identity import ScorerIdentity
 from tests.helpers.otlp_capture import OtlpCapture
 from tests.helpers.rag_traces import CollectingSink, kv, rag_trace, request_of, span, trace_id
 
 PB = "application/x-protobuf"
-SCORE = {"gen_ai.evaluation.name": "context_precision", "gen_ai.evaluation.score.value": 0.83,
-         "gen_ai.evaluation.score.label": "high", "ctxprec.k": 3, "ctxprec.hit": True}
+IDENTITY = ScorerIdentity(model="openai/stub", prompt_version="test", annotator_kind="LLM", identifier="f1")
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Mode:
     capture: OtlpCapture
     metrics: Metrics
     sink: CollectingSink
-    forwarder: OtlpSender
+    writeback: SpanWriteBack
     ingest: OtlpIngest
     http: OtlpHttpReceiver
     grpc: OtlpGrpcReceiver
@@ -68,20 +69,20 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
     async def make(*, rate: float = 0.5, downstream: str = "http", hold_deadline_s: float = 30.0,
                    quiet_s: float = 0.05, **forwarder: Any) -> Mode:
         metrics = Metrics()
-        sink = CollectingSink()
         url = capture.http_url if downstream == "http" else capture.grpc_url
-        fw = OtlpSender(SenderSettings(url, **forwarder), metrics=metrics)
-        await fw.start()
-        ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=metrics, forwarder=fw,
-                            settings=IngestSettings(buffer=BufferSettings(quiet_s=quiet_s), flush_interval_s=0.02,
-                                                    hold_deadline_s=hold_deadline_s))
+        writeback = SpanWriteBack(OtlpSender(SenderSettings(url, **forwarder), metrics=metrics), IDENTITY,
+                                  metrics=metrics, hold_deadline_s=hold_deadline_s, check_interval_s=0.02)
+        await writeback.start()
+        sink = CollectingSink(writeback)
+        ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=metrics, passthrough=writeback,
+                            settings=IngestSettings(buffer=BufferSettings(quiet_s=quiet_s), flush_interval_s=0.02))
         await ingest.start()
         http = OtlpHttpReceiver(ingest, metrics=metrics, settings=HttpReceiverSettings(host="127.0.0.1", port=0))
         grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics,
                                          settings=GrpcReceiverSettings(host="127.0.0.1", port=0))
         await http.start()
         await grpc_receiver.start()
-        mode = Mode(capture, metrics, sink, fw, ingest, http, grpc_receiver)
+        mode = Mode(capture, metrics, sink, writeback, ingest, http, grpc_receiver)
         modes.append(mode)
         return mode
 
@@ -91,8 +92,8 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
         for mode in modes:
             await mode.http.stop()
             await mode.grpc.stop()
-            await mode.ingest.stop(timeout_s=0)
-            await mode.forwarder.stop(timeout_s=1)
+            await mode.ingest.stop()
+            await mode.writeback.stop(timeout_s=0)
 
 
 @pytest.mark.parametrize("downstream", ["http", "grpc"])
@@ -105,7 +106,7 @@ async def test_unsampled_traffic_reaches_downstream_byte_for_byte(
     assert mode.capture.bodies == [body]
     assert mode.sink.not_sampled_counts == {"support-bot": 3}
     assert mode.sink.retrievals == []
-    assert mode.ingest.held_count == 0
+    assert mode.writeback.held_count == 0
     await asyncio.sleep(0.1)
     assert mode.value("ctxprec_exported_spans_total", exporter="span_forwarder", outcome="ok") == 15
 
@@ -162,14 +163,14 @@ async def test_sampled_retrieval_span_is_held_until_decided(make_mode: Callable[
     await asyncio.sleep(0.2)
     assert mode.capture.span(retriever.span_id.hex()) is None  # still held while undecided
 
-    mode.sink.decide_all(Decision.EVALUATED, SCORE)
+    mode.sink.decide_all(Decision.EVALUATED)
     scored = await mode.capture.wait_for_span("gen_ai.evaluation.score.value", 0.83)
     assert scored.span_id == retriever.span_id.hex()
     assert scored.attributes["ctxprec.k"] == 3 and scored.attributes["ctxprec.hit"] is True
     assert scored.attributes["openinference.span.kind"] == "RETRIEVER"  # original attributes kept
     assert scored.resource["service.name"] == "support-bot"
     assert mode.value("ctxprec_exported_spans_total", exporter="span_hold", outcome="scored") == 1
-    assert mode.ingest.held_count == 0
+    assert mode.writeback.held_count == 0
 
 
 async def test_hold_deadline_sends_the_span_unscored_once(make_mode: Callable[..., Awaitable[Mode]]) -> None:
@@ -183,8 +184,7 @@ async def test_hold_deadline_sends_the_span_unscored_once(make_mode: Callable[..
     assert "gen_ai.evaluation.score.value" not in late.attributes
     assert mode.value("ctxprec_exported_spans_total", exporter="span_hold", outcome="expired") == 1
 
-    mode.sink.decide_all(Decision.EVALUATED, SCORE)  # too late: nothing more is sent
-    assert not mode.ingest.release_held(spans[0].trace_id, spans[1].span_id, SCORE)
+    mode.sink.decide_all(Decision.EVALUATED)  # too late: nothing more is sent
     await asyncio.sleep(0.2)
     assert [s.span_id for s in mode.capture.spans].count(retriever_id) == 1
 
@@ -194,7 +194,7 @@ async def test_decision_without_attributes_releases_the_span_as_is(make_mode: Ca
     spans = rag_trace(trace_id(True))
     await mode.post(request_of(spans))
     await mode.sink.wait_retrievals(1)
-    mode.sink.decide_all(Decision.THROTTLED, None)
+    mode.sink.decide_all(Decision.THROTTLED)
     released = await mode.capture.wait_for_span("openinference.span.kind", "RETRIEVER")
     assert released.span == spans[1]
     assert mode.value("ctxprec_exported_spans_total", exporter="span_hold", outcome="unscored") == 1
@@ -228,7 +228,7 @@ async def test_acks_are_released_when_retrievals_are_decided(make_mode: Callable
     assert fired == ["unsampled"]
     await mode.sink.wait_retrievals(1)
     assert not sampled_ack.done
-    mode.sink.decide_all(Decision.EVALUATED, SCORE)
+    mode.sink.decide_all(Decision.EVALUATED)
     assert fired == ["unsampled", "sampled"]
     assert mode.value("ctxprec_spans_received_total", receiver="kafka") == 6
 
@@ -238,8 +238,9 @@ async def test_stop_hands_buffered_traces_to_the_sink(make_mode: Callable[..., A
     await mode.post(request_of(rag_trace(trace_id(True))))
     await asyncio.sleep(0.1)
     assert mode.sink.retrievals == []
-    await mode.ingest.stop(timeout_s=0)
+    await mode.ingest.stop()
     assert len(mode.sink.retrievals) == 1
+    await mode.writeback.stop(timeout_s=0)  # the write-back, stopped undecided, sends it unscored
     unscored = await mode.capture.wait_for_span("openinference.span.kind", "RETRIEVER")  # not lost either
     assert "gen_ai.evaluation.score.value" not in unscored.attributes
 

@@ -99,7 +99,7 @@ def make_ingest(rate: float, config: ConventionConfig | None = None) -> tuple[Ot
 
 async def run(ingest: OtlpIngest, request: ExportTraceServiceRequest) -> None:
     await ingest.ingest(request, receiver="otlp_http", raw=request.SerializeToString())
-    await ingest.stop(timeout_s=0)  # hands every buffered (sampled) trace to the sink
+    await ingest.stop()  # hands every buffered (sampled) trace to the sink
 
 
 async def test_each_convention_is_counted_from_the_first_request() -> None:
@@ -218,4 +218,4 @@ async def test_real_sdk_export_counts_every_convention() -> None:
         assert sink.not_sampled_counts == {"sdk-app": 6}
     finally:
         await receiver.stop()
-        await ingest.stop(timeout_s=0)
+        await ingest.stop()

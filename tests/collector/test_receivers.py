@@ -97,7 +97,7 @@ async def make_stack() -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
         for stack in stacks:
             await stack.http.stop()
             await stack.grpc.stop()
-            await stack.ingest.stop(timeout_s=0)
+            await stack.ingest.stop()
 
 
 async def send_sdk(exporter: SpanExporter, traces: int = 1) -> list[tuple[str, str]]:

@@ -5,48 +5,49 @@ import asyncio
 import json
 from typing import Any, Awaitable, Callable
 
-from ctxprec.collector.exporters.attributes import ScorerIdentity
+from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.sampling.decide import DecisionRecorder
-from ctxprec.collector.scoring.workers import ScoreOutcome, ScoringWorkers
+from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
+from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.documents import text_hash
 from ctxprec.scorer.engine import build_engine
+from tests.helpers.rag_traces import DecisionLog
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 
 
 class CollectSink:
     def __init__(self) -> None:
-        self.outcomes: list[ScoreOutcome] = []
+        self.outcomes: list[Outcome] = []
 
-    def emit(self, outcome: ScoreOutcome) -> None:
+    def emit(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
 
 
 class BrokenSink:
-    def emit(self, outcome: ScoreOutcome) -> None:
+    def emit(self, outcome: Outcome) -> None:
         raise RuntimeError("this sink is broken")
 
 
-def retrieval(i: int, contexts: list[str], log: list[tuple[str, Decision, Any]]) -> Retrieval:
-    span_id = f"{i:016x}"
-    r = Retrieval(trace_id=f"{i:032x}", span_id=span_id, service="svc", query="how to reset a password",
-                  contexts=[RetrievedContext(c) for c in contexts], retriever="kb", output="answer text",
-                  sample_rate=0.5)
-    r.on_decided = lambda decision, attrs: log.append((span_id, decision, attrs))
-    return r
+def retrieval(i: int, contexts: list[str]) -> Retrieval:
+    return Retrieval(trace_id=f"{i:032x}", span_id=f"{i:016x}", service="svc", query="how to reset a password",
+                     contexts=[RetrievedContext(c) for c in contexts], retriever="kb", output="answer text",
+                     sample_rate=0.5)
 
 
-def make_workers(stub: StubJudge, sinks: list[Any], *, threshold: float = 0.5, queue_size: int = 100,
-                 workers: int = 4, **judge: Any) -> tuple[ScoringWorkers, Metrics]:
+def make_workers(stub: StubJudge, sinks: list[Any], log: list[tuple[str, Decision, Any]], *, threshold: float = 0.5,
+                 queue_size: int = 100, workers: int = 4, **judge: Any) -> tuple[ScoringWorkers, Metrics]:
+    """The pool hands outcomes to `sinks`, then to a log of (span id, decision, attributes the
+    span write-back would write)."""
     metrics = Metrics()
     engine = build_engine(JudgeConfig(model="openai/stub", api_base=stub.url, api_key="x", **judge))
-    pool = ScoringWorkers(engine, recorder=DecisionRecorder(metrics), sinks=sinks,
-                          identity=ScorerIdentity.of_engine(engine, threshold=threshold),
-                          queue_size=queue_size, workers=workers, metrics=metrics)
+    identity = ScorerIdentity.of_engine(engine)
+    fanout = ResultFanout(metrics, [*sinks, DecisionLog(log, identity, threshold)])
+    pool = ScoringWorkers(engine, downstream=fanout, identity=identity, queue_size=queue_size, workers=workers,
+                          metrics=metrics)
     return pool, metrics
 
 
@@ -61,11 +62,11 @@ async def test_scores_follow_the_judge_and_fan_out_before_the_decision(make_stub
     stub = await make_stub_judge()
     sink = CollectSink()
     log: list[tuple[str, Decision, Any]] = []
-    pool, metrics = make_workers(stub, [BrokenSink(), sink], threshold=0.9)
+    pool, metrics = make_workers(stub, [BrokenSink(), sink], log, threshold=0.9)
     await pool.start()
     # MAP of yes/no/yes = (1/1 + 2/3) / 2 = 0.83; of no/yes = (1/2)/1 = 0.5.
-    assert pool.try_submit(retrieval(1, ["[relevant] a", "[irrelevant] b", "[relevant] c"], log))
-    assert pool.try_submit(retrieval(2, ["[irrelevant] a", "[relevant] b"], log))
+    assert pool.try_submit(retrieval(1, ["[relevant] a", "[irrelevant] b", "[relevant] c"]))
+    assert pool.try_submit(retrieval(2, ["[irrelevant] a", "[relevant] b"]))
     await wait_for(lambda: len(log) == 2)
     by_span = {o.retrieval.span_id: o for o in sink.outcomes}
     first, second = by_span[f"{1:016x}"], by_span[f"{2:016x}"]
@@ -92,9 +93,9 @@ async def test_judge_failure_is_a_failed_decision_with_no_score(make_stub_judge:
     stub = await make_stub_judge(error_rate=1.0, fault_kinds=("server_error",))
     sink = CollectSink()
     log: list[tuple[str, Decision, Any]] = []
-    pool, metrics = make_workers(stub, [sink], max_retries=0)
+    pool, metrics = make_workers(stub, [sink], log, max_retries=0)
     await pool.start()
-    pool.try_submit(retrieval(1, ["[relevant] a"], log))
+    pool.try_submit(retrieval(1, ["[relevant] a"]))
     await wait_for(lambda: len(log) == 1)
     (outcome,) = sink.outcomes
     assert outcome.decision is Decision.FAILED and outcome.result is None and outcome.error is not None
@@ -110,9 +111,9 @@ async def test_judge_failure_is_a_failed_decision_with_no_score(make_stub_judge:
 async def test_full_queue_refuses_without_waiting(make_stub_judge: MakeStub) -> None:
     stub = await make_stub_judge(latency_ms=300)
     log: list[tuple[str, Decision, Any]] = []
-    pool, _ = make_workers(stub, [], queue_size=2, workers=1)
+    pool, _ = make_workers(stub, [], log, queue_size=2, workers=1)
     await pool.start()
-    accepted = [pool.try_submit(retrieval(i, ["[relevant] a"], log)) for i in range(6)]
+    accepted = [pool.try_submit(retrieval(i, ["[relevant] a"])) for i in range(6)]
     # One may already be with the worker; never more than queue_size + workers accepted.
     assert 2 <= sum(accepted) <= 3 and not accepted[-1]
     await wait_for(lambda: len(log) == sum(accepted))
@@ -125,10 +126,10 @@ async def test_shutdown_decides_everything_unfinished_as_failed_shutdown(make_st
     stub = await make_stub_judge(latency_ms=3000)
     sink = CollectSink()
     log: list[tuple[str, Decision, Any]] = []
-    pool, _ = make_workers(stub, [sink], queue_size=20, workers=2)
+    pool, _ = make_workers(stub, [sink], log, queue_size=20, workers=2)
     await pool.start()
     for i in range(8):
-        assert pool.try_submit(retrieval(i, ["[relevant] a"], log))
+        assert pool.try_submit(retrieval(i, ["[relevant] a"]))
     await asyncio.sleep(0.2)
     started = asyncio.get_running_loop().time()
     await pool.aclose(0.3)
@@ -136,17 +137,17 @@ async def test_shutdown_decides_everything_unfinished_as_failed_shutdown(make_st
     assert sorted(s for s, _, _ in log) == sorted(f"{i:016x}" for i in range(8))
     assert all(d is Decision.FAILED and a["error.type"] == "shutdown" for _, d, a in log)
     assert all(o.record["error"]["type"] == "shutdown" for o in sink.outcomes) and len(sink.outcomes) == 8
-    assert not pool.try_submit(retrieval(99, ["x"], log))
+    assert not pool.try_submit(retrieval(99, ["x"]))
     await pool.engine.aclose()
 
 
 async def test_shutdown_drains_work_that_finishes_within_the_deadline(make_stub_judge: MakeStub) -> None:
     stub = await make_stub_judge(latency_ms=50)
     log: list[tuple[str, Decision, Any]] = []
-    pool, _ = make_workers(stub, [], queue_size=20, workers=2)
+    pool, _ = make_workers(stub, [], log, queue_size=20, workers=2)
     await pool.start()
     for i in range(6):
-        pool.try_submit(retrieval(i, [f"[relevant] doc {i}"], log))
+        pool.try_submit(retrieval(i, [f"[relevant] doc {i}"]))
     await pool.aclose(10)
     assert len(log) == 6 and all(d is Decision.EVALUATED for _, d, _ in log)
     await pool.engine.aclose()

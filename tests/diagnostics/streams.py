@@ -6,8 +6,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
-from ctxprec.collector.scoring.workers import ScoreOutcome
+from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
 from ctxprec.scorer.precision import scaled_score
 from ctxprec.scorer.result import ScoreResult, Verdict
 
@@ -63,8 +62,8 @@ def zipf_stream(count: int, *, seed: int = 16) -> Iterator[Scored]:
 
 
 def outcome(scored: Scored, *, service: str = "shop", retriever: str = "kb", with_ids: bool = True,
-            attributes: dict[str, object] | None = None, score: float | None = None) -> ScoreOutcome:
-    """A ScoreOutcome as the scoring workers hand it to their sinks."""
+            attributes: dict[str, object] | None = None, score: float | None = None) -> Outcome:
+    """An evaluated Outcome as the scoring workers hand it to the result sinks."""
     contexts = [RetrievedContext(content=text, id=name if with_ids else None)
                 for name, text in zip(scored.documents, scored.contents or [""] * len(scored.documents))]
     retrieval = Retrieval(trace_id="0" * 31 + "1", span_id="0" * 15 + "1", service=service, query="q",
@@ -75,4 +74,4 @@ def outcome(scored: Scored, *, service: str = "shop", retriever: str = "kb", wit
     result = ScoreResult(score=value, reason="", verdicts=verdicts, precision_at_k=relevant_count / len(verdicts),
                          hit=relevant_count > 0, first_relevant_rank=None, relevant_count=relevant_count,
                          k=len(verdicts), scale=1.0, reference_kind="output")
-    return ScoreOutcome(retrieval, Decision.EVALUATED, result, None, {})
+    return Outcome(retrieval, Decision.EVALUATED, result, None, {})

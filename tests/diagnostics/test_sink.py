@@ -1,4 +1,4 @@
-"""DiagnosticsSink end to end on ScoreOutcomes: noisy documents, the right top-k and its gauges,
+"""DiagnosticsSink end to end on Outcomes: noisy documents, the right top-k and its gauges,
 the JSON bodies of the endpoints, and no document text unless previews are on."""
 from __future__ import annotations
 

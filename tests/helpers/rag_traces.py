@@ -14,7 +14,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.exporters.attributes import outcome_attributes
+from ctxprec.collector.exporters.fanout import ResultFanout
+from ctxprec.collector.model import Decision, Outcome, Retrieval
+from ctxprec.scorer.precision import summarize
+from ctxprec.scorer.result import ScoreResult, Verdict
 
 QUERY = "How do I reset my password?"
 DOCUMENTS = [
@@ -116,11 +120,13 @@ def emit_sdk_rag_trace(tracer: Any, *, documents: Sequence[str] = DOCUMENTS, ans
 
 
 class CollectingSink:
-    """A RetrievalSink that keeps what it gets; `decide_all` plays the decision stage."""
+    """A RetrievalSink that keeps what it gets; `decide_all` plays the decision stage, handing
+    each outcome to `downstream` (e.g. the span write-back) and releasing the retrieval's input."""
 
-    def __init__(self) -> None:
+    def __init__(self, downstream: Any = None) -> None:
         self.retrievals: list[Retrieval] = []
         self.not_sampled_counts: Counter[str] = Counter()
+        self.fanout = ResultFanout(None, [downstream] if downstream is not None else [])
 
     def submit(self, retrieval: Retrieval) -> None:
         self.retrievals.append(retrieval)
@@ -134,7 +140,36 @@ class CollectingSink:
             assert time.monotonic() < deadline, f"waited for {n} retrievals, got {len(self.retrievals)}"
             await asyncio.sleep(0.02)
 
-    def decide_all(self, decision: Decision = Decision.EVALUATED, attributes: dict[str, Any] | None = None) -> None:
+    def decide_all(self, decision: Decision = Decision.EVALUATED, relevance: Sequence[bool] = (True, False, True)) -> None:
+        """Each retrieval gets `decision`; an evaluated one a real score from `relevance`
+        (the default gives MAP 0.83 over three contexts)."""
         for retrieval in self.retrievals:
-            assert retrieval.on_decided is not None
-            retrieval.on_decided(decision, attributes)  # type: ignore[call-arg]
+            result = score_of(relevance) if decision is Decision.EVALUATED else None
+            record = {"id": retrieval.span_id} if decision in (Decision.EVALUATED, Decision.FAILED) else None
+            error = ("judge_error", "test failure") if decision is Decision.FAILED else None
+            self.fanout.emit(Outcome(retrieval, decision, result, error, record))
+
+
+def score_of(relevance: Sequence[bool]) -> ScoreResult:
+    summary = summarize(list(relevance))
+    verdicts = [Verdict(i, relevant, "relevant" if relevant else "not relevant") for i, relevant in enumerate(relevance)]
+    return ScoreResult(score=summary.score, reason=f"The score is {summary.score} because of the test.",
+                       verdicts=verdicts, precision_at_k=summary.precision_at_k, hit=summary.hit,
+                       first_relevant_rank=summary.first_relevant_rank, relevant_count=summary.relevant_count,
+                       k=summary.k, scale=1.0, reference_kind="output")
+
+
+class DecisionLog:
+    """A result sink that notes (span id, decision, attributes written back) per outcome, as the
+    span write-back would write them."""
+
+    def __init__(self, entries: list[tuple[str, Decision, Any]], identity: Any = None, threshold: float = 0.5) -> None:
+        self.entries = entries
+        self.identity = identity
+        self.threshold = threshold
+
+    def emit(self, outcome: Outcome) -> None:
+        attributes = None
+        if self.identity is not None:
+            attributes = outcome_attributes(outcome, self.identity, threshold=self.threshold)
+        self.entries.append((outcome.retrieval.span_id, outcome.decision, attributes))

@@ -11,7 +11,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Retrieval
+from ctxprec.collector.model import Retrieval
 from ctxprec.collector.receivers.kafka import KafkaReceiver
 from ctxprec.collector.receivers.kafka_config import KafkaSettings
 from tests.kafka.tansu import Broker, create_topic, produce, rag_event
@@ -39,8 +39,9 @@ class HeldSink:
         keep, done = [], 0
         for r in self.held:
             if predicate(r):
-                assert r.on_decided is not None
-                r.on_decided(Decision.EVALUATED, None)
+                assert r.ack is not None
+                ack, r.ack = r.ack, None  # what the last stage does on a decision
+                ack.release()
                 done += 1
             else:
                 keep.append(r)

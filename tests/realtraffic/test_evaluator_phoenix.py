@@ -31,7 +31,7 @@ async def test_evaluator_spans_land_in_the_apps_phoenix_project_without_errors(
     async with running(config) as pipeline:
         runs = await run_app("langchain", "openinference", "asgi", service="shop-api", project=project, endpoints=[
             phoenix_server.otlp_http_traces_url, f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces"])
-        await wait_until(lambda: pipeline.recorder.counts.get("evaluated", 0) >= len(runs), timeout=30,
+        await wait_until(lambda: pipeline.fanout.counts.get("evaluated", 0) >= len(runs), timeout=30,
                          what="every retrieval scored")
         evaluators = await asyncio.to_thread(
             client.wait_for_spans, project, lambda s: s.get("name") == "context_precision evaluation",

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import pytest
 
 from ctxprec.collector.pipeline import Pipeline
-from ctxprec.collector.scoring.workers import ScoreOutcome
+from ctxprec.collector.model import Outcome
 from ctxprec.collector.stub_judge import StubJudge
 from tests.collector.rag_app import running, scrape, serve_config, value, wait_until
 from tests.helpers.framework_apps import COMBINATIONS, SHAPES, AppRun, run_app
@@ -37,9 +37,9 @@ class Outcomes:
     """A result sink that keeps every outcome, to compare with what the app did."""
 
     def __init__(self) -> None:
-        self.items: list[ScoreOutcome] = []
+        self.items: list[Outcome] = []
 
-    def emit(self, outcome: ScoreOutcome) -> None:
+    def emit(self, outcome: Outcome) -> None:
         self.items.append(outcome)
 
 
@@ -81,17 +81,17 @@ async def test_real_framework_traffic_is_scored_like_the_batch(
                 f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces",
                 f"http://127.0.0.1:{counter.otlp_http_port}/v1/traces"])
             assert len(runs) == 3
-            await wait_until(lambda: sum(pipeline.recorder.counts.values()) >= len(runs), timeout=30,
+            await wait_until(lambda: sum(pipeline.fanout.counts.values()) >= len(runs), timeout=30,
                              what="a decision for every retrieval")
-            await wait_until(lambda: sum(counter.recorder.counts.values()) >= len(runs), timeout=30,
+            await wait_until(lambda: sum(counter.fanout.counts.values()) >= len(runs), timeout=30,
                              what="every unsampled retrieval counted")
             await wait_until(lambda: len(capture.find_spans("gen_ai.evaluation.name", "context_precision")) >= 3,
                              timeout=30, what="scored spans downstream")
             await asyncio.sleep(0.5)  # a second (wrong) decision would show up now
             metrics = scrape(await _metrics(pipeline))
         # One decision per retrieval, nested retriever spans included; nothing without contexts.
-        assert pipeline.recorder.counts == {"evaluated": 3}
-        assert counter.recorder.counts == {"not_sampled": 3}
+        assert pipeline.fanout.counts == {"evaluated": 3}
+        assert counter.fanout.counts == {"not_sampled": 3}
         assert value(metrics, "ctxprec_reference_kind_total", service=service, reference_kind="output") == 3
 
         batch = await batch_scores(stub, runs, tmp_path)

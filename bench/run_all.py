@@ -28,6 +28,7 @@ BENCHMARKS = [
     "ingest",
     "forward_latency",
     "overload",
+    "diagnostics_overhead",
     "kafka_consume",
     "drift_detection",
 ]
@@ -69,6 +70,8 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "overload": ("scoring rate under 10x overload / judge capacity", "overload_scoring_rate_vs_capacity",
                  "RSS under cap, shed counted, >= 0.8, full rate after", "passed"),
     "kafka_consume": ("Kafka events/s decided at 1% / bare aiokafka loop", "ratio", ">= 0.5", lambda r: r >= 0.5),
+    "diagnostics_overhead": ("CPU per score of the DiagnosticsSink inside `ctxprec serve` / CPU per score without it",
+                             "added_fraction", "< 0.05", "goal_met"),
     "redact": ("PII redaction time / one naive regex pass (mixed text)", "mixed.time_ratio_vs_baseline",
                "(no goal)", None),
     "drift_detection": ("drift detection delay, adaptive sampling from 1% / flat 1% (simulated traffic)",

@@ -21,6 +21,7 @@ from typing import IO, Any, Awaitable, Callable, Iterable
 # Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
 # these cost nothing extra; litellm and the transports stay lazy inside build_engine.
 from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.documents import identity
 from ctxprec.scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
 from ctxprec.scorer.event_files import EventFileError, count_events, jsonl_events, open_event_file
 from ctxprec.scorer.events import EventError, KeyNotes, RagEvent, RawEvent, parse_rag_event_with_notes
@@ -357,7 +358,7 @@ async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no:
         raise
     except Exception as exc:  # noqa: BLE001 - one broken sample must not end the batch
         return _failure(engine, event, line_no, "internal_error", f"{type(exc).__name__}: {exc}")
-    return score_record(result, **_event_fields(engine, event))
+    return score_record(result, **_event_fields(engine, event), document_ids=[identity(c) for c in event.contexts])
 
 
 def _failure(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Sequence
 
-from ctxprec.scorer.result import JudgeUsage, ScoreResult
+from ctxprec.scorer.result import JudgeUsage, ScoreResult, Verdict
 
 # The order of the keys is part of the format: consumers diff and grep these lines.
 RECORD_FIELDS: tuple[str, ...] = (
@@ -84,11 +84,13 @@ def score_record(
     answer_source: str = "none",
     scored_at: datetime | None = None,
     timestamp: str | None = None,
+    document_ids: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
     `answer_source` says where the answer judged against came from: `event` (the input carried
     it), `llm_span` or `chain_output` (read from a trace), `none`. `timestamp` is when the sample
-    itself happened (the event's own time), as opposed to `scored_at`."""
+    itself happened (the event's own time), as opposed to `scored_at`. `document_ids`, one per
+    context in rank order (scorer.documents), adds a `document` key to each verdict."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -98,7 +100,7 @@ def score_record(
         "score": result.score,
         "scale": _plain_number(result.scale),
         "reason": result.reason,
-        "verdicts": [v.to_dict() for v in result.verdicts],
+        "verdicts": verdict_dicts(result.verdicts, document_ids),
         "precision_at_k": result.precision_at_k,
         "hit": result.hit,
         "first_relevant_rank": result.first_relevant_rank,
@@ -113,6 +115,22 @@ def score_record(
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
         "timestamp": timestamp,
     }
+
+
+def verdict_dicts(verdicts: Sequence[Verdict], document_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The verdicts as the record writes them: `index`, `relevant`, `reason`, then `document` when
+    the contexts' identities are known. A verdict whose index has no identity (a caller that
+    passed fewer ids than contexts) is written without one rather than with a wrong one."""
+    if document_ids is None:
+        return [v.to_dict() for v in verdicts]
+    out = []
+    count = len(document_ids)
+    for verdict in verdicts:
+        entry = verdict.to_dict()
+        if 0 <= verdict.index < count:
+            entry["document"] = document_ids[verdict.index]
+        out.append(entry)
+    return out
 
 
 def failure_record(

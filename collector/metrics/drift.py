@@ -129,11 +129,15 @@ class DriftMonitor:
     """One detector per (capped) service label, mirrored into the precision gauges. Each
     observer is called with the label and its detector after every score (adaptive sampling)."""
 
-    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None) -> None:
+    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None,
+                 on_alarm: Callable[[str], None] | None = None) -> None:
         self.metrics = metrics
         self.settings = settings or DriftSettings()
         self.detectors: dict[str, DriftDetector] = {}
         self.observers: list[DriftObserver] = []
+        # Called with the service label when its alarm rises (not on every alarmed score): the
+        # diagnostics' drift explainer.
+        self.on_alarm = on_alarm
         if metrics is not None:
             self._recent = Children(metrics.precision_recent)
             self._baseline = Children(metrics.precision_baseline)
@@ -143,6 +147,7 @@ class DriftMonitor:
         detector = self.detectors.get(service_label)
         if detector is None:
             detector = self.detectors[service_label] = DriftDetector(self.settings)
+        was_alarmed = detector.alarmed
         alarmed = detector.update(score)
         if self.metrics is not None:
             self._recent(service_label).set(detector.recent)
@@ -151,6 +156,8 @@ class DriftMonitor:
             self._drift(service_label).set(1 if alarmed else 0)
         for observe in self.observers:
             observe(service_label, detector)
+        if alarmed and not was_alarmed and self.on_alarm is not None:
+            self.on_alarm(service_label)
         return alarmed
 
 

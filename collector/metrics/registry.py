@@ -92,6 +92,13 @@ class Metrics:
         self.precision_baseline = Gauge("ctxprec_precision_baseline", "Drift detector's slow baseline.", ["service"], registry=r)
         self.precision_recent = Gauge("ctxprec_precision_recent", "Drift detector's recent mean.", ["service"], registry=r)
         self.precision_drift = Gauge("ctxprec_precision_drift", "1 while the drift detector is alarmed.", ["service"], registry=r)
+        # Set by the diagnostics (collector/diagnostics/sink.py); NaN until enough relevant contexts were seen.
+        self.recommended_k = Gauge(
+            "ctxprec_recommended_k", "Smallest top-k keeping 95% of the relevant contexts seen.",
+            ["service", "retriever"], registry=r)
+        self.recommended_k_saved_tokens = Gauge(
+            "ctxprec_recommended_k_saved_tokens", "Context tokens per request that cutting to the recommended k saves (chars / 4).",
+            ["service", "retriever"], registry=r)
         self.build_info = Gauge("ctxprec_build_info", "Build information.", ["version"], registry=r)
         self.build_info.labels(version=version).set(1)
 

@@ -22,6 +22,7 @@ from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.decide import DailyBudget
 from ctxprec.collector.scoring.identity import ScorerIdentity
+from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
 from ctxprec.scorer.records import failure_record, record_id, score_record
 from ctxprec.scorer.result import ScoreResult
@@ -113,7 +114,8 @@ class ScoringWorkers:
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc),
+            document_ids=[documents.identity(c) for c in r.contexts])
         if self.budget is not None:
             self.budget.settle(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))

@@ -8,6 +8,7 @@ from string import Template
 from typing import Any, Sequence
 
 from ctxprec.scorer.report.load import LoadedRecords
+from ctxprec.scorer.report.render_documents import never_relevant_section, noisy_documents_section, top_k_section
 from ctxprec.scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
 from ctxprec.scorer.report.svg import Bar, Point, bar_chart, line_chart
 
@@ -30,7 +31,10 @@ def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
             _distribution(data),
             _over_time(data),
             _rank_relevance(data),
+            top_k_section(data.top_k),
             _services(data),
+            noisy_documents_section(data.documents),
+            never_relevant_section(data.documents),
             _lowest(data),
             _failures(data),
         ]

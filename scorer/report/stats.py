@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ctxprec.scorer.events import parse_rfc3339
+from ctxprec.scorer.report.documents import DocumentFigures, TopKFigures, document_figures, top_k_figures
 
 HISTOGRAM_BINS = 10
 LOWEST_SHOWN = 10
@@ -69,6 +70,8 @@ class ReportData:
     services: list[ServiceRow] = field(default_factory=list)
     lowest: list[dict[str, Any]] = field(default_factory=list)
     failures: list[FailureGroup] = field(default_factory=list)
+    documents: DocumentFigures = field(default_factory=DocumentFigures)
+    top_k: TopKFigures = field(default_factory=TopKFigures)
 
 
 def normalised(record: dict[str, Any]) -> float:
@@ -95,6 +98,8 @@ def compute(records: Sequence[dict[str, Any]]) -> ReportData:
     data.services = _services(records)
     data.lowest = sorted(scored, key=normalised)[:LOWEST_SHOWN]
     data.failures = _failures(failed)
+    data.documents = document_figures(scored)
+    data.top_k = top_k_figures(scored)
     return data
 
 

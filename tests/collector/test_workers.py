@@ -12,6 +12,7 @@ from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.documents import text_hash
 from ctxprec.scorer.engine import build_engine
 from tests.helpers.rag_traces import DecisionLog
 
@@ -73,6 +74,8 @@ async def test_scores_follow_the_judge_and_fan_out_before_the_decision(make_stub
     assert second.result is not None and second.result.score == 0.5
     assert first.record["score"] == 0.83 and first.record["sample_rate"] == 0.5 and first.record["error"] is None
     assert first.record["retriever"] == "kb" and first.record["decision"] == "evaluated"
+    assert [v["document"] for v in first.record["verdicts"]] == [
+        text_hash(c) for c in ("[relevant] a", "[irrelevant] b", "[relevant] c")]
     attrs = {span: a for span, _, a in log}[f"{1:016x}"]
     assert attrs["gen_ai.evaluation.score.value"] == 0.83
     assert attrs["gen_ai.evaluation.score.label"] == "low"  # 0.83 < threshold 0.9

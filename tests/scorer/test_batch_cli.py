@@ -20,6 +20,7 @@ from ctxprec.collector.stub_judge import StubJudge
 from ctxprec.scorer.batch import BatchOptions, run_batch, score_lines
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
+from ctxprec.scorer.documents import text_hash
 from ctxprec.scorer.records import RECORD_FIELDS
 
 CTXPREC = Path(sys.executable).with_name("ctxprec")
@@ -118,6 +119,8 @@ async def test_good_lines_are_scored_in_input_order(stub_judge: StubJudge, tmp_p
         assert record["error"] is None and record["decision"] == "evaluated"
         assert record["score"] == expected_map(pattern_for(i))
         assert [v["relevant"] for v in record["verdicts"]] == pattern_for(i)
+        # Contexts without ids are named by their text's hash (scorer.documents).
+        assert [v["document"] for v in record["verdicts"]] == [text_hash(c) for c in events[i]["contexts"]]
         assert record["service"] == events[i]["service"] and record["retriever"] == "kb-v2"
         assert record["judge"]["model"] == "openai/stub" and record["judge"]["calls"] == 1
     assert len({r["id"] for r in records}) == 40
@@ -284,6 +287,22 @@ async def test_window_bounds_events_held_and_order_is_kept(make_stub_judge: Any)
     assert written == [event(i)["trace_id"] for i in range(200)]
     assert max_ahead <= 10
     assert summary.scored == 200 and summary.failed == 0
+
+
+async def test_verdicts_carry_the_events_context_ids_or_text_hashes() -> None:
+    engine = build_engine(JudgeConfig(model="local"))
+    contexts = [{"content": "Open Settings > Security to reset a password.", "id": "kb-12"},
+                "Reset links expire after an hour.", {"content": "Office hours are 9-5.", "id": 7}]
+    line = json.dumps({"query": "How do I reset my password?", "contexts": contexts,
+                       "output": "Open Settings > Security and reset the password."})
+    written: list[dict[str, Any]] = []
+    try:
+        await score_lines([(1, line.encode())], engine, concurrency=1, window=4,
+                          write=lambda record: written.append(record) is None)
+    finally:
+        await engine.aclose()
+    (record,) = written
+    assert [v["document"] for v in record["verdicts"]] == ["kb-12", text_hash("Reset links expire after an hour."), "7"]
 
 
 async def test_progress_bar_when_stderr_is_a_terminal(stub_judge: StubJudge, tmp_path: Path) -> None:

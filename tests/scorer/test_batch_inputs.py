@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ctxprec.collector.stub_judge import StubJudge
-from ctxprec.scorer.events import FIELD_ALIASES, parse_rfc3339
+from ctxprec.scorer.events import parse_rfc3339
 from ctxprec.scorer.records import RECORD_FIELDS
 from tests.scorer.test_batch_cli import ctxprec, expected_map, judge_args, read_records, write_lines
 

@@ -160,6 +160,7 @@ def test_score_record_has_the_spec_fields_in_order() -> None:
         {"index": 2, "relevant": True, "reason": "yes"},
     ]
     assert record["scale"] == 1 and isinstance(record["scale"], int)
+    assert "document" not in json.dumps(record["verdicts"])  # only when the caller names documents
     assert record["judge"] == {
         "model": "openai/x",
         "prompt_version": "pv1",
@@ -175,6 +176,19 @@ def test_score_record_has_the_spec_fields_in_order() -> None:
     assert record["timestamp"] == "2026-11-28T09:30:00Z"  # the event's own time, as it gave it
     # The record is plain JSON.
     assert json.loads(json.dumps(record)) == record
+
+
+def test_verdicts_name_their_document_when_ids_are_given() -> None:
+    record = score_record(make_result(), record_id="rid", document_ids=["doc-7", "sha256:0123456789ab", "kb/12"])
+    assert tuple(record) == RECORD_FIELDS
+    assert record["verdicts"] == [
+        {"index": 0, "relevant": True, "reason": "yes it is", "document": "doc-7"},
+        {"index": 1, "relevant": False, "reason": "no", "document": "sha256:0123456789ab"},
+        {"index": 2, "relevant": True, "reason": "yes", "document": "kb/12"},
+    ]
+    # Fewer ids than contexts: the verdicts without one are written without one, never misnamed.
+    short = score_record(make_result(), record_id="rid", document_ids=["doc-7"])
+    assert [v.get("document") for v in short["verdicts"]] == ["doc-7", None, None]
 
 
 def test_failure_record_nulls_the_score_and_says_why() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from ctxprec.collector.components import ResultSink
 from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.exporters.fanout import ResultFanout
+from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import JudgeMetricsObserver
@@ -34,6 +35,7 @@ from ctxprec.collector.sampling.decide import (
     current_rss_bytes,
     score_throttle,
 )
+from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.placement import make_engine
@@ -54,11 +56,18 @@ class Pipeline:
         self.engine = make_engine(config, JudgeMetricsObserver(self.metrics))
         self.identity = ScorerIdentity.of_engine(self.engine)
         sampling, scoring = config.sampling, config.scoring
-        self.sampler = Sampler(sampling.default_rate, sampling.rules)
+        # Always the adaptive wrapper: switched off it never boosts, and it still publishes each
+        # service's rate to `ctxprec_sample_rate`. Keyed by the capped service label, as the drift
+        # monitor is, so that the monitor's observer finds the service it boosts.
+        self.sampler = AdaptiveSampler(Sampler(sampling.default_rate, sampling.rules),
+                                       AdaptiveSettings.of(sampling), key=self.metrics.service)
+        sample_rate = Children(self.metrics.sample_rate)
+        self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
         # Every decision ends here: results to the sinks, then counted, then the input released.
         self.fanout = ResultFanout(self.metrics)
         self.budget = DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None
         self.drift = DriftMonitor(self.metrics, config.drift)
+        self.drift.observers.append(self.sampler.observe)
         self.fanout.add(MetricsSink(self.metrics, self.drift))
         self.workers = ScoringWorkers(self.engine, downstream=self.fanout, identity=self.identity,
                                       queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,

@@ -2,8 +2,10 @@
 that connects the stages (collector/components.py names the seams); data flows one way:
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
-    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, span write-back,
-                                                   evaluator spans, Kafka results, ...)
+    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, diagnostics,
+                                                   span write-back, evaluator spans, Kafka results, ...)
+    drift monitor -> adaptive sampler (a service's rate rises while a drift is suspected)
+    diagnostics -> /diagnostics/* on the metrics port, and the Kafka diagnostics topic
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
 
 `Pipeline` owns start and stop order. Stopping is graceful: inputs close first (Kafka only stops
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ctxprec.collector.components import ResultSink
 from ctxprec.collector.config import ServeConfig
@@ -69,6 +71,8 @@ class Pipeline:
         self.drift = DriftMonitor(self.metrics, config.drift)
         self.drift.observers.append(self.sampler.observe)
         self.fanout.add(MetricsSink(self.metrics, self.drift))
+        self.diagnostics: Any = None  # diagnostics.sink.DiagnosticsSink, after the MetricsSink
+        self._build_diagnostics()
         self.workers = ScoringWorkers(self.engine, downstream=self.fanout, identity=self.identity,
                                       queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
                                       budget=self.budget)
@@ -88,6 +92,7 @@ class Pipeline:
         # Kafka: an optional receiver and its results producer (another ResultSink).
         self.kafka_receiver: Any = None
         self.kafka_results: Any = None
+        self.kafka_diagnostics: Any = None  # exporters.kafka_diagnostics.KafkaDiagnosticsExporter
         self._build_kafka()
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
                                    judge_outcomes=LOCAL_OUTCOMES if self.engine.model == "local" else REQUEST_OUTCOMES)
@@ -96,6 +101,7 @@ class Pipeline:
             host, port = config.metrics.listen
             self.metrics_server = MetricsServer(self.metrics, host=host, port=port)
             self._add_ready_checks(self.metrics_server)
+            self._add_diagnostics_routes(self.metrics_server)
         self._started = False
 
     # -- assembly of the parts --
@@ -113,6 +119,39 @@ class Pipeline:
     def add_sink(self, sink: ResultSink) -> None:
         """Extra result sinks (e.g. an embedding app's own); they get every retrieval's outcome."""
         self.fanout.add(sink)
+
+    def _build_diagnostics(self) -> None:
+        config = self.config.diagnostics
+        if not config.enabled:
+            return
+        from ctxprec.collector.diagnostics.sink import DiagnosticsSink
+
+        settings = config.settings(max_services=self.config.metrics.max_services,
+                                   max_retrievers=self.config.metrics.max_retrievers)
+        # The sink hooks its drift explainer into the monitor (`drift.on_alarm`).
+        self.diagnostics = DiagnosticsSink(settings, metrics=self.metrics, drift=self.drift,
+                                           redact=self._preview_redaction())
+        self.add_sink(self.diagnostics)
+
+    def _preview_redaction(self) -> Callable[[str], str] | None:
+        """Text previews of noisy documents leave the process: through the judge's PII redaction
+        when it is on (the engine redacts prompts with the same function), as they are otherwise,
+        and not at all unless previews are on."""
+        if not self.config.diagnostics.previews:
+            return None
+        if self.config.judge.redact_pii:
+            from ctxprec.scorer.redact import redact
+
+            return lambda text: redact(text)[0]
+        return _as_is
+
+    def _add_diagnostics_routes(self, server: MetricsServer) -> None:
+        sink = self.diagnostics
+        if sink is None:
+            return
+        server.add_json_route("/diagnostics/documents", sink.documents_json)
+        server.add_json_route("/diagnostics/drift", sink.drift_json)
+        server.add_json_route("/diagnostics/top_k", sink.top_k_json)
 
     def _build_write_back(self) -> None:
         export = self.config.export
@@ -169,6 +208,14 @@ class Pipeline:
             self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
             self.add_sink(self.kafka_results)
             barrier = self.kafka_results.flush
+        if kafka.diagnostics_topic:
+            if self.diagnostics is None:
+                raise ValueError("kafka.diagnostics_topic needs the diagnostics on (--diagnostics on)")
+            from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
+
+            sink = self.diagnostics
+            self.kafka_diagnostics = KafkaDiagnosticsExporter(kafka, lambda: sink.documents_json({}).body,
+                                                              self.metrics)
         ingest = None if kafka.format == "rag_event" else self.ingest
         # rag_event: the receiver makes the head sampling decision itself, with the gate's sampler.
         self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics, ingest=ingest,
@@ -214,6 +261,8 @@ class Pipeline:
                 await self.evaluator.start()
             if self.kafka_results is not None:
                 await self.kafka_results.start()
+            if self.kafka_diagnostics is not None:
+                await self.kafka_diagnostics.start()
             await self.ingest.start()
             for receiver in self.receivers:
                 await receiver.start()
@@ -254,6 +303,8 @@ class Pipeline:
         self.gate.closed = True
         if self.kafka_results is not None:
             await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")
+        if self.kafka_diagnostics is not None:  # after scoring drained: the last round counts every score
+            await _quietly(self.kafka_diagnostics.stop(), "writing the last diagnostics summary")
         if self.evaluator is not None:
             await _quietly(self.evaluator.stop(), "flushing evaluator spans")
         if self.writeback is not None:
@@ -270,6 +321,10 @@ class Pipeline:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 async def _quietly(awaitable: Any, what: str) -> None:

@@ -55,14 +55,16 @@ class RagApp:
     async def close(self) -> None:
         await asyncio.to_thread(self.provider.shutdown)
 
-    def openinference(self, query: str, docs: list[str], answer: str, retriever: str = "kb-v2") -> Emitted:
+    def openinference(self, query: str, docs: list[str], answer: str, retriever: str = "kb-v2",
+                      ids: list[str] | None = None, attributes: dict[str, Any] | None = None) -> Emitted:
+        """`ids`: the documents' ids (default doc-<rank>); `attributes`: more on the retrieval span."""
         with self.tracer.start_as_current_span("rag-request", attributes={"input.value": query}) as root:
-            with self.tracer.start_as_current_span(retriever) as span:
+            with self.tracer.start_as_current_span(retriever, attributes=attributes) as span:
                 span.set_attribute("openinference.span.kind", "RETRIEVER")
                 span.set_attribute("input.value", query)
                 for i, doc in enumerate(docs):
                     span.set_attribute(f"retrieval.documents.{i}.document.content", doc)
-                    span.set_attribute(f"retrieval.documents.{i}.document.id", f"doc-{i}")
+                    span.set_attribute(f"retrieval.documents.{i}.document.id", ids[i] if ids else f"doc-{i}")
                     span.set_attribute(f"retrieval.documents.{i}.document.score", 1.0 - i / 10)
                 retrieval = span.get_span_context()
             with self.tracer.start_as_current_span("llm") as llm:

@@ -2,7 +2,11 @@
 
 Each question's relevant documents repeat the distinctive words of its answer, so a lexical judge
 (the local judge) finds them relevant; documents of other topics serve as off-topic results and are
-chosen so that they share no content word with the answer (`off_topic_pool` enforces it)."""
+chosen so that they share no content word with the answer (`off_topic_pool` enforces it).
+
+Each service also has a few planted noisy documents (`NOISY_DOCUMENTS`): boilerplate (a cookie
+notice, a changelog) that its retriever keeps returning and that is never relevant, which is what
+the sidecar's noisy-document diagnostics are there to find."""
 from __future__ import annotations
 
 import re
@@ -188,6 +192,24 @@ def _build() -> tuple[Question, ...]:
 QUESTIONS: tuple[Question, ...] = _build()
 ALL_DOCUMENTS: tuple[Document, ...] = tuple(d for q in QUESTIONS for d in q.relevant)
 SERVICES: tuple[str, ...] = tuple(_RAW)
+
+
+# Boilerplate that shares no content word with any question or answer of its service (a test holds
+# it so), and so is judged irrelevant every time it is retrieved.
+NOISY_DOCUMENTS: dict[str, tuple[Document, ...]] = {
+    "support-bot": (
+        Document("support-bot/noise/cookie-notice", "noise",
+                 "Cookie notice: this site stores cookies to remember your choices."),
+        Document("support-bot/noise/newsletter", "noise",
+                 "Our newsletter brings product news and webinar invitations every Friday."),
+    ),
+    "docs-search": (
+        Document("docs-search/noise/changelog", "noise",
+                 "Changelog 4.2: dark mode, a redesigned sidebar and keyboard shortcuts."),
+        Document("docs-search/noise/status-page", "noise",
+                 "Status: all systems operational; maintenance window Sunday night."),
+    ),
+}
 
 
 def questions_for(service: str) -> tuple[Question, ...]:

@@ -15,8 +15,8 @@ _MAX_ERROR_TEXT = 300
 
 
 def import_litellm() -> ModuleType:
-    """Import litellm without its network fetch of the model cost map (SPEC.md: no network at
-    import), and quiet."""
+    """Import litellm without its network fetch of the model cost map (nothing may reach
+    the network at import), and quiet."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 

@@ -68,6 +68,11 @@ class LiteLLMTransport:
             content, _count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None))
         )
 
+    def prepare(self) -> None:
+        """Import litellm before the first attempt's timeout starts (LimitedChatClient calls it)."""
+        if self._litellm is None:
+            self._load()
+
     def _load(self) -> ModuleType:
         self._litellm = import_litellm()
         return self._litellm

@@ -93,14 +93,23 @@ class CommandParser(argparse.ArgumentParser):
         used: list[str] = []
         defaults: dict[str, Any] = {}
         for option, action in self.long_flags:
+            if action.default == argparse.SUPPRESS:  # --help: not a setting
+                continue
             name = env_name(option)
             if action.help is not None:
-                action.help = f"{action.help} [env {name}]"
+                action.help = f"{action.help}{_default_note(action)} [env {name}]"
             if name in env:
                 defaults[action.dest] = _env_value(action, option, name, env[name])
                 used.append(name)
         self.set_defaults(**defaults)
         return used
+
+
+def _default_note(action: argparse.Action) -> str:
+    """` (default X)` for a flag whose help does not already say its default."""
+    if "default" in (action.help or "") or action.nargs == 0 or action.default is None or action.default is False:
+        return ""
+    return f" (default {action.default})"
 
 
 def _env_value(action: argparse.Action, option: str, name: str, raw: str) -> Any:

@@ -111,6 +111,9 @@ class Setting:
 
     @property
     def env(self) -> str | None:
+        extra = self.field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("env"):
+            return extra["env"]  # type: ignore[return-value]
         return env_name(self.flag) if self.flag else None
 
     @property
@@ -360,8 +363,8 @@ def _dest(flag: str | None) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, metavar="FILE",
-                        help=f"YAML config file (flags win over CTXPREC_* variables, which win over the file) "
-                             f"[env {ENV_PREFIX}CONFIG]")
+                        help=f"YAML config file; flags win over {ENV_PREFIX}* variables, which win over the file "
+                             f"(default: none) [env {ENV_PREFIX}CONFIG]")
     for setting_ in SETTINGS:
         if not setting_.flag:
             continue
@@ -376,7 +379,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)
     for flag, (section, name) in DEPRECATED_FLAGS.items():
         parser.add_argument(flag, dest=_dest(flag), default=None, metavar="true|false",
-                            help=f"deprecated: use {_BY_KEY[f'{section}.{name}'].flag}")
+                            help=f"deprecated: use {_BY_KEY[f'{section}.{name}'].flag} (default: false) "
+                                 f"[env {env_name(flag)}, also deprecated]")
 
 
 def _metavar(setting_: Setting) -> str:

@@ -168,13 +168,16 @@ METAVARS: dict[Any, str] = {
 }
 
 
-def setting(default: Any, help: str, *, flag: str | None = None, secret: bool = False,
+def setting(default: Any, help: str, *, flag: str | None = None, env: str | None = None, secret: bool = False,
             choices: tuple[str, ...] | None = None, **kwargs: Any) -> Any:
     """A config field: its default (written here once), what it means, and its command-line flag
-    (whose environment variable is CTXPREC_<FLAG>). `secret` keeps the value out of repr."""
+    (whose environment variable is CTXPREC_<FLAG>). `env` names the variable of a setting with no
+    flag (a secret that should not show in the process list). `secret` keeps the value out of repr."""
     extra: dict[str, Any] = {}
     if flag:
         extra["flag"] = flag
+    if env:
+        extra["env"] = env
     if choices:
         extra["choices"] = list(choices)
     return Field(default, description=help, json_schema_extra=extra or None, repr=not secret, **kwargs)

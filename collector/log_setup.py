@@ -37,4 +37,8 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
-    root.setLevel(level.upper())
+    wanted = logging.getLevelName(level.upper())
+    # DEBUG is for ctxprec's own lines (one per score, per decision); the libraries' debug
+    # chatter (asyncio, grpc, litellm, aiokafka) would bury them.
+    root.setLevel(max(wanted, logging.INFO))
+    logging.getLogger("ctxprec").setLevel(wanted)

@@ -17,17 +17,25 @@ the first scores do not pay for it.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable
 
 from ctxprec.collector.components import ResultSink
 from ctxprec.collector.config import ServeConfig
+from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
+from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
+from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
-from ctxprec.collector.metrics.judge import JudgeMetricsObserver
+from ctxprec.collector.metrics.judge import (
+    JudgeFailureLog,
+    JudgeMetricsObserver,
+    Observers,
+)
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.sampling.decide import (
     DailyBudget,
@@ -54,8 +62,11 @@ class Pipeline:
         self.config = config
         self.metrics = metrics or Metrics(max_services=config.metrics.max_services,
                                           max_retrievers=config.metrics.max_retrievers, version=VERSION)
+        # Judge failures in the log: the first at once, then a count per minute.
+        self.judge_failures = FailureLog(f"judge {config.judge.model or 'local'}", logging.getLogger("ctxprec.judge"))
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
-        self.engine = make_engine(config, JudgeMetricsObserver(self.metrics))
+        self.engine = make_engine(config, Observers(JudgeMetricsObserver(self.metrics),
+                                                    JudgeFailureLog(self.judge_failures)))
         self.identity = ScorerIdentity.of_engine(self.engine)
         sampling, scoring = config.sampling, config.scoring
         # Always the adaptive wrapper: switched off it never boosts, and it still publishes each
@@ -73,7 +84,14 @@ class Pipeline:
         self.fanout.add(MetricsSink(self.metrics, self.drift))
         self.diagnostics: Any = None  # diagnostics.sink.DiagnosticsSink, after the MetricsSink
         self._build_diagnostics()
-        self.workers = ScoringWorkers(self.engine, downstream=self.fanout, identity=self.identity,
+        # One line a minute in the log: what came in, what was scored, the mean score per service.
+        self.activity = ActivityLog(self._spans_received)
+        self.fanout.add(self.activity)
+        self.activity_interval_s = 60.0
+        self._minute_task: asyncio.Task[None] | None = None
+        # With --redact-pii every scored outcome's text is redacted before any exporter sees it.
+        scored_downstream: ResultSink = RedactingSink(self.fanout) if config.judge.redact_pii else self.fanout
+        self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
                                       queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
                                       budget=self.budget)
         self.gate = RetrievalGate(
@@ -99,7 +117,8 @@ class Pipeline:
         self.metrics_server: MetricsServer | None = None
         if config.metrics.listen is not None:
             host, port = config.metrics.listen
-            self.metrics_server = MetricsServer(self.metrics, host=host, port=port)
+            self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
+                                                security=config.metrics.security(), metrics_open=config.metrics.open)
             self._add_ready_checks(self.metrics_server)
             self._add_diagnostics_routes(self.metrics_server)
         self._started = False
@@ -110,6 +129,42 @@ class Pipeline:
         r = self.config.receivers
         names = [name for name, listen in (("otlp_grpc", r.otlp_grpc), ("otlp_http", r.otlp_http)) if listen is not None]
         return names + (["kafka"] if self.config.kafka.enabled else [])
+
+    def _spans_received(self) -> float:
+        return sum(sample.value for family in self.metrics.spans_received.collect() for sample in family.samples
+                   if sample.name.endswith("_total"))
+
+    def failure_logs(self) -> list[FailureLog]:
+        logs = [self.judge_failures]
+        if self.writeback is not None:
+            logs.append(self.writeback.sender.failures)
+        if self.evaluator is not None:
+            logs.extend(self.evaluator.failure_logs())
+        return logs
+
+    async def _every_minute(self) -> None:
+        last = time.monotonic()
+        while True:
+            # Short naps, so that a changed interval (tests) takes effect at once.
+            await asyncio.sleep(min(1.0, self.activity_interval_s))
+            if time.monotonic() - last < self.activity_interval_s:
+                continue
+            last = time.monotonic()
+            try:
+                self.activity.tick()
+                for failures in self.failure_logs():
+                    failures.flush()
+            except Exception:  # the log lines must never stop the sidecar
+                log.exception("writing the activity summary failed")
+
+    async def check_judge(self) -> bool:
+        """Whether the judge answers a connection now; a WARNING says so when it does not, so that
+        a wrong --judge-api-base shows at start rather than with the first failed score."""
+        reachable = await JudgeReachable(self.engine.model, self.config.judge.api_base, timeout_s=2.0)()
+        if not reachable:
+            self.judge_failures.failed("unreachable", f"no connection to {self.config.judge.api_base}; "
+                                                      "scores will fail until it answers")
+        return reachable
 
     def _rss_bytes(self) -> int:
         """The memory cap covers the scoring process too: they share the container's limit."""
@@ -134,16 +189,13 @@ class Pipeline:
         self.add_sink(self.diagnostics)
 
     def _preview_redaction(self) -> Callable[[str], str] | None:
-        """Text previews of noisy documents leave the process: through the judge's PII redaction
-        when it is on (the engine redacts prompts with the same function), as they are otherwise,
-        and not at all unless previews are on."""
+        """Text previews of noisy documents leave the process: not at all unless previews are on;
+        with --redact-pii through the same redaction as the judge's prompts (the RedactingSink in
+        front of the fan-out already applied it to the contexts; redacting is idempotent, and
+        this keeps previews safe whatever feeds the sink); as they are otherwise."""
         if not self.config.diagnostics.previews:
             return None
-        if self.config.judge.redact_pii:
-            from ctxprec.scorer.redact import redact
-
-            return lambda text: redact(text)[0]
-        return _as_is
+        return redact_text if self.config.judge.redact_pii else _as_is
 
     def _add_diagnostics_routes(self, server: MetricsServer) -> None:
         sink = self.diagnostics
@@ -270,12 +322,17 @@ class Pipeline:
                 await self.kafka_receiver.start()
             if self.metrics_server is not None:
                 await self.metrics_server.start()
+            self._minute_task = asyncio.create_task(self._every_minute(), name="ctxprec-minute")
         except BaseException:
             await self.stop()
             raise
         self._started = True
 
     async def stop(self) -> None:
+        if self._minute_task is not None:
+            self._minute_task.cancel()
+            await asyncio.gather(self._minute_task, return_exceptions=True)
+            self._minute_task = None
         timeout = self.config.scoring.shutdown_timeout_s
         deadline = time.monotonic() + timeout
 

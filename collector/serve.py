@@ -17,6 +17,8 @@ from typing import Callable
 
 from ctxprec.collector import config as config_module
 from ctxprec.collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig
+from ctxprec.collector.listener_security import is_loopback
+from ctxprec.collector.log_setup import setup_logging
 from ctxprec.collector.pipeline import Pipeline
 
 log = logging.getLogger("ctxprec.serve")
@@ -32,21 +34,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = config_module.describe_help()
 
 
-def _describe(pipeline: Pipeline) -> str:
+def describe(pipeline: Pipeline) -> list[str]:
+    """What the sidecar is doing, one line per input, judge, exporter and the metrics address."""
     c = pipeline.config
-    parts = []
+    lines = []
     if pipeline.otlp_grpc_port is not None and c.receivers.otlp_grpc is not None:
-        parts.append(f"OTLP/gRPC {c.receivers.otlp_grpc[0]}:{pipeline.otlp_grpc_port}")
+        lines.append(f"input: OTLP/gRPC on {c.receivers.otlp_grpc[0]}:{pipeline.otlp_grpc_port}")
     if pipeline.otlp_http_port is not None and c.receivers.otlp_http is not None:
-        parts.append(f"OTLP/HTTP {c.receivers.otlp_http[0]}:{pipeline.otlp_http_port}")
+        lines.append(f"input: OTLP/HTTP on {c.receivers.otlp_http[0]}:{pipeline.otlp_http_port} (/v1/traces)")
     if c.kafka.enabled:
-        parts.append(f"Kafka {c.kafka.topic} ({c.kafka.format})")
-    if pipeline.metrics_server is not None:
-        parts.append(f"metrics {pipeline.metrics_server.host}:{pipeline.metrics_server.port}")
+        lines.append(f"input: Kafka topic {c.kafka.topic} ({c.kafka.format}) at {c.kafka.bootstrap}, "
+                     f"group {c.kafka.group}")
+    if not lines:
+        lines.append("input: none (every receiver is off)")
+    judge = c.judge
+    where = f" at {judge.api_base}" if judge.api_base else ""
+    lines.append(f"judge: {pipeline.engine.model}{where}; sample rate {c.sampling.default_rate:g}"
+                 + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else ""))
     forward_to = c.export.forward_to
-    out = f"write-back {c.write_back} to {forward_to}" if forward_to else "no OTLP write-back (--forward-to unset)"
-    return (f"ctxprec serving: {', '.join(parts) or 'no inputs'}; judge {pipeline.engine.model}; "
-            f"sample rate {c.sampling.default_rate:g}; {out}")
+    if forward_to:
+        lines.append(f"output: write-back {c.write_back} to {forward_to}")
+    else:
+        lines.append("output: no OTLP write-back (--forward-to unset); scores reach metrics"
+                     + (" and the Kafka results topic" if c.kafka.results_topic else ""))
+    if c.kafka.enabled and c.kafka.results_topic:
+        lines.append(f"output: score records to Kafka topic {c.kafka.results_topic}")
+    server = pipeline.metrics_server
+    if server is not None:
+        access = ("token required" if server.security.bearer_token is not None and not server.metrics_open
+                  else "open, /diagnostics/ needs the token" if server.security.bearer_token is not None
+                  else "open")
+        lines.append(f"metrics: {'https' if server.security.tls else 'http'}://{server.host}:{server.port}/metrics "
+                     f"({access}; /healthz, /readyz open)")
+    else:
+        lines.append("metrics: off")
+    return lines
+
+
+def exposure_warnings(config: ServeConfig) -> list[str]:
+    """One line per listener bound beyond loopback with neither a token nor TLS: anyone who can
+    reach the address can send spans, or read scores and document ids. `--metrics-open` is an
+    explicit choice for the metrics endpoint and is not warned about."""
+    warnings = []
+    receivers = config.receivers.security()
+    for name, listen in (("OTLP/gRPC", config.receivers.otlp_grpc), ("OTLP/HTTP", config.receivers.otlp_http)):
+        if listen is not None and not is_loopback(listen[0]) and not receivers.protected:
+            warnings.append(f"{name} listens on {listen[0]}:{listen[1]} with no token and no TLS: anyone who reaches "
+                            f"it can send spans (set --receiver-auth-token-file or --receiver-tls-cert, or bind "
+                            f"127.0.0.1)")
+    metrics = config.metrics
+    if metrics.listen is not None and not is_loopback(metrics.listen[0]) and not metrics.open \
+            and not metrics.security().protected:
+        warnings.append(f"metrics listen on {metrics.listen[0]}:{metrics.listen[1]} with no token and no TLS: anyone "
+                        f"who reaches it can read scores (set --metrics-token-file or CTXPREC_METRICS_TOKEN, "
+                        f"--metrics-open to choose an open scrape, or bind 127.0.0.1)")
+    return warnings
 
 
 async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
@@ -64,7 +106,11 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop
     gc.collect()
     gc.freeze()
     try:
-        log.info(_describe(pipeline))
+        for line in describe(pipeline):
+            log.info(line)
+        for line in exposure_warnings(config):
+            log.warning(line)
+        await pipeline.check_judge()
         if on_start is not None:
             on_start(pipeline)
         if ready is not None:
@@ -95,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ctxprec serve: {exc}", file=sys.stderr)
         return 2
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.log_level, config.log_format)
     try:
         asyncio.run(_serve_until_signalled(config))
     except OSError as exc:  # a port in use, a certificate that will not load

@@ -473,9 +473,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hang-s", type=non_negative_float, default=30.0, help="how long a 'timeout' fault holds a request")
     parser.add_argument("--retry-after-s", type=non_negative_float, default=1.0, help="Retry-After of a 'rate_limit' fault")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG (reproducible runs)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG, for reproducible runs (default: a fresh seed each run)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
-    parser.add_argument("--api-key", default=None, help="if set, require this Bearer key (401 otherwise)")
+    parser.add_argument("--api-key", default=None, help="if set, require this Bearer key, 401 otherwise (default: no key required)")
 
 
 def settings_from_args(args: argparse.Namespace) -> StubSettings:

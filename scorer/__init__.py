@@ -1,4 +1,4 @@
-"""ctxprec's scoring library: context precision (MAP over judged relevance) as in the seeds.
+"""ctxprec's scoring library: context precision (MAP over judged relevance) (docs/FORMATS.md, docs/BATCH.md).
 
 Importing this package is cheap: the engine and the judge load their transports (and litellm)
 only when a scorer for a remote model is built."""

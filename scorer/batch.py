@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "told apart by the extension (.jsonl, .csv), else by the content")
     parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
     parser.add_argument("--judge-model", default=None, metavar="MODEL", help="litellm model string, or 'local' (default) for the offline judge")
-    parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME)")
+    parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME; default: the provider's own)")
     parser.add_argument("--scale", type=non_negative_float, default=1.0, help="multiply scores by this (default 1)")
     parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--redact-pii", action="store_true",

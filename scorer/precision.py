@@ -1,4 +1,4 @@
-"""Context precision arithmetic (SPEC.md section 2): MAP over judged relevance, and the
+"""Context precision arithmetic: MAP over judged relevance, and the
 companion figures computed from the same verdicts. Pure functions, exact arithmetic.
 
 MAP is computed exactly (integer numerator and denominator, a `Fraction` at the end) and rounded

@@ -1,4 +1,4 @@
-"""The template reason, built from the verdicts with no extra judge call, in the seeds' form:
+"""The template reason, built from the verdicts with no extra judge call, in the usual form:
 "The score is 0.83 because ...". It says which contexts (1-based ranks) were relevant or not,
 with the judge's own per-item reasons, how their positions shaped MAP, and whether contexts
 were truncated. Long samples are summarised: rank lists are compressed and only the first few

@@ -55,7 +55,7 @@ class JudgeUsage:
 
 @dataclass(slots=True)
 class ScoreResult:
-    """One scored sample. `score` is already scaled and rounded (SPEC.md section 2)."""
+    """One scored sample. `score` is already scaled and rounded."""
 
     score: float
     reason: str

@@ -1,7 +1,9 @@
 """How everything in ctxprec that retries waits between attempts: one policy, on tenacity.
 
-Exponential backoff with full jitter: attempt n (0-based) waits a delay drawn uniformly between 0
-and min(cap, base * 2**n), so that many clients failing together do not come back together. A
+Exponential backoff with jitter: attempt n (0-based) waits a delay drawn uniformly between
+(1 - jitter) and 1 times min(cap, base * 2**n), so that many clients failing together do not come
+back together. Full jitter (1.0, the default) spreads them most; a sender that must ride out a
+short outage with few attempts takes less (0.5 keeps every wait at least half its step). A
 server's Retry-After wins over the computed delay (plus a little jitter, so that the callers told
 the same Retry-After do not return in one herd), still capped.
 
@@ -32,6 +34,7 @@ from tenacity import (
 class Backoff:
     base_s: float = 0.5
     cap_s: float = 30.0
+    jitter: float = 1.0
 
     def delay(self, attempt: int, retry_after_s: float | None = None,
               rng: Callable[[], float] = random.random) -> float:
@@ -39,7 +42,7 @@ class Backoff:
         if retry_after_s is not None:
             return min(self.cap_s, retry_after_s + rng() * min(1.0, 0.1 * retry_after_s))
         ceiling = min(self.cap_s, self.base_s * (2.0 ** min(attempt, 62)))
-        return rng() * ceiling
+        return ceiling * (1.0 - self.jitter + self.jitter * rng())
 
     def wait(self, state: RetryCallState) -> float:
         """tenacity's `wait`: this policy, with the Retry-After an exception carries

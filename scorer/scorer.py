@@ -1,4 +1,4 @@
-"""The library's front door (SPEC.md section 2): create_context_precision_scorer(...).run(...).
+"""The library's front door: create_context_precision_scorer(...).run(...).
 
 It resolves the context (a fixed list, or `context_extractor(input, output)`, which wins when
 both are given), reads the query out of a string or chat messages, and hands over to the engine."""
@@ -129,8 +129,8 @@ def _message_text(content: Any) -> str | None:
 
 
 def query_text(input: Any) -> str:
-    """The query: a string as is; for chat messages, the first user message's content (the seeds
-    read `input.inputMessages[0].content`)."""
+    """The query: a string as is; for chat messages, the first user message's content (as
+    `input.inputMessages[0].content` in chat-style inputs)."""
     if isinstance(input, str):
         return input
     messages: Any = None

@@ -1,4 +1,4 @@
-"""Assembly of sampled traces whose spans arrive in many batches (SPEC.md section 4).
+"""Assembly of sampled traces whose spans arrive in many batches (docs/INTERNALS.md, assembly).
 
 A trace is ready when its root span has arrived (OTLP carries ended spans only) and no span
 came for `quiet_period_s`, or `max_wait_s` after its first span. The buffer holds at most

@@ -1,5 +1,6 @@
 """A one-line summary per minute of what the sidecar did, so that its log alone shows it working:
-spans received, retrievals evaluated and failed, and the mean score per service."""
+spans received, retrievals evaluated and failed, and the mean score per service; at DEBUG, one
+line per score with its reason."""
 from __future__ import annotations
 
 import logging
@@ -30,6 +31,12 @@ class ActivityLog:
             tally = self._scores[outcome.retrieval.service or "unknown"]
             tally[0] += outcome.result.normalized_score
             tally[1] += 1
+            if self._logger.isEnabledFor(logging.DEBUG):  # one line per score: for dry runs, not production
+                retrieval, result = outcome.retrieval, outcome.result
+                self._logger.debug(
+                    "scored %s %s (trace %s): %s against the %s; %s", retrieval.service or "unknown",
+                    retrieval.retriever or "retrieval", retrieval.trace_id, result.score,
+                    result.reference_kind.replace("_", " "), result.reason)
         elif outcome.decision is Decision.FAILED:
             self._failed += 1
         else:

@@ -32,6 +32,7 @@ from ctxprec.collector.exporters.otlp_sender import (
     OtlpSender,
     SenderSettings,
 )
+from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome
 from ctxprec.collector.scoring.identity import ScorerIdentity
@@ -78,6 +79,9 @@ class EvaluatorExporter:
             self._logs = OtlpSender(SenderSettings.of(export, LOGS), metrics=metrics, exporter=LOGS_EXPORTER,
                                     on_unsupported=on_unsupported)
         self.emitted = 0
+
+    def failure_logs(self) -> list[FailureLog]:
+        return [self._spans.failures] + ([self._logs.failures] if self._logs is not None else [])
 
     @property
     def logs_enabled(self) -> bool:

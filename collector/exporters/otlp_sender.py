@@ -29,6 +29,7 @@ import aiohttp.abc
 import aiohttp.payload
 import grpc
 from ctxprec.collector.exporters.config import ExportConfig
+from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.retry import Backoff, parse_retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -64,7 +65,8 @@ class SenderSettings:
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
     senders: int = 2
     max_retries: int = 5
-    backoff: Backoff = Backoff(base_s=0.1, cap_s=5.0)
+    # Half jitter: five retries then span about 1.5 to 3 s, so a downstream restart is ridden out.
+    backoff: Backoff = Backoff(base_s=0.1, cap_s=5.0, jitter=0.5)
     timeout_s: float = 10.0
     ca_file: str | None = None  # https:// and grpcs://: trust this CA instead of the system store
     cert_file: str | None = None  # client certificate for mTLS
@@ -224,6 +226,8 @@ class OtlpSender:
         self._metrics = metrics
         self._on_unsupported = on_unsupported
         self.unsupported: str | None = None
+        # Sending failures: the first as a WARNING at once, then a count per minute.
+        self.failures = FailureLog(f"{exporter} to {settings.url}", log)
         self._queue: deque[_Item] = deque()
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
@@ -328,11 +332,11 @@ class OtlpSender:
                     self.unsupported = str(exc)
                     self._on_unsupported(str(exc))
                 return
-            log.warning("%s: %s rejected %d items: %s", self.exporter, s.url, spans, exc)
+            self.failures.failed("rejected", f"{spans} items: {exc}")
             self._failed.inc(spans)
             self._drop("rejected", spans)
         except _Retryable as exc:
-            log.warning("%s: giving up on %d items after %d attempts: %s", self.exporter, spans, s.max_retries + 1, exc)
+            self.failures.failed("unreachable", f"gave up on {spans} items after {s.max_retries + 1} attempts: {exc}")
             self._failed.inc(spans)
             self._drop("retries_exhausted", spans)
         else:

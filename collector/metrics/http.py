@@ -1,7 +1,12 @@
-"""`/metrics`, `/healthz` and `/readyz` on one port (SPEC.md section 7).
+"""`/metrics`, `/healthz`, `/readyz` (and the diagnostics under `/diagnostics/`) on one port.
 
 Readiness is a list of named async checks (receivers listening, judge reachable); `/readyz`
-answers 200 only when every one passes, and its body says which failed."""
+answers 200 only when every one passes, and its body says which failed.
+
+Access: the probes are always open (a kubelet sends no token). With a token configured,
+`/metrics` needs it unless `metrics.open`, and `/diagnostics/` always does. Without a token,
+`/diagnostics/` answers only on a loopback address: it names documents and may quote them, which
+is more than a scrape of numbers."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +17,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from ctxprec.collector.listener_security import ListenerSecurity, is_loopback
 from ctxprec.collector.metrics.registry import Metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -19,6 +25,11 @@ from prometheus_client.openmetrics import exposition as openmetrics
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], Awaitable[bool]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+PROBES = ("/healthz", "/readyz")
+DIAGNOSTICS = "/diagnostics"
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ctxprec"'}
 
 
 class JsonAnswer(Protocol):
@@ -71,10 +82,13 @@ class JudgeReachable:
 
 
 class MetricsServer:
-    def __init__(self, metrics: Metrics, *, host: str, port: int) -> None:
+    def __init__(self, metrics: Metrics, *, host: str, port: int, security: ListenerSecurity | None = None,
+                 metrics_open: bool = False) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.security = security or ListenerSecurity(name="metrics")
+        self.metrics_open = metrics_open
         self.checks: list[NamedCheck] = []
         self.json_routes: dict[str, JsonHandler] = {}
         self._runner: web.AppRunner | None = None
@@ -89,10 +103,28 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.security.tls else 'http'}://{host}:{self.port}"
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in PROBES:
+            return await handler(request)
+        header = request.headers.get("Authorization")
+        if path == DIAGNOSTICS or path.startswith(DIAGNOSTICS + "/"):
+            if self.security.bearer_token is None:
+                if not is_loopback(self.host):
+                    return web.Response(status=403, text="forbidden: /diagnostics/ on a non-loopback address needs "
+                                                         "a metrics token (CTXPREC_METRICS_TOKEN or "
+                                                         "--metrics-token-file)\n")
+            elif not self.security.token_matches(header):
+                return _unauthorized()
+        elif not self.metrics_open and not self.security.authorized(header):
+            return _unauthorized()
+        return await handler(request)
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._guard])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -100,7 +132,7 @@ class MetricsServer:
             app.router.add_get(path, _json_route(handler))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.security.server_ssl_context())
         await site.start()
         server = site._server  # aiohttp exposes the bound port only here
         if server is not None and server.sockets:  # type: ignore[union-attr]
@@ -144,3 +176,9 @@ def _json_route(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.R
         return web.json_response(reply.body, status=reply.status)
 
     return answer
+
+
+def _unauthorized() -> web.Response:
+    # What the client sent is not repeated: a wrong token may be another system's real one.
+    return web.Response(status=401, text="unauthorized: send 'Authorization: Bearer <metrics token>'\n",
+                        headers=_CHALLENGE)

@@ -1,6 +1,9 @@
 """The judge's `RequestObserver`: one `RequestEvent` per HTTP attempt -> the judge_* metrics."""
 from __future__ import annotations
 
+from typing import Callable
+
+from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.judge.chat import RequestEvent
@@ -25,3 +28,26 @@ class JudgeMetricsObserver:
             self._tokens(model, "completion").inc(event.completion_tokens)
         if event.cost_usd > 0:
             self._cost(model).inc(event.cost_usd)
+
+
+class JudgeFailureLog:
+    """A `RequestObserver` that logs failed judge attempts: the first at once as a WARNING with
+    its kind (timeout, rate_limited, server_error, ...), then a count per minute."""
+
+    def __init__(self, failures: FailureLog) -> None:
+        self.failures = failures
+
+    def __call__(self, event: RequestEvent) -> None:
+        if event.outcome != "ok":
+            self.failures.failed(event.outcome or "unknown")
+
+
+class Observers:
+    """Several request observers as one."""
+
+    def __init__(self, *observers: Callable[[RequestEvent], None]) -> None:
+        self.observers = observers
+
+    def __call__(self, event: RequestEvent) -> None:
+        for observer in self.observers:
+            observer(event)

@@ -1,4 +1,5 @@
-"""Every Prometheus metric the sidecar exposes, in one place (SPEC.md section 7).
+"""Every Prometheus metric the sidecar exposes, in one place (listed in docs/METRICS.md,
+generated from this file).
 
 Each `Metrics` owns its own `CollectorRegistry`, so several sidecars (tests, the demo) can live
 in one process. `service` and `retriever` label values go through `LabelCap`, which keeps the
@@ -63,7 +64,7 @@ class Metrics:
         self.service = LabelCap(max_services)
         self.retriever = LabelCap(max_retrievers)
 
-        # -- SPEC.md section 7 --
+        # -- scores, judge, drift --
         self.spans_received = Counter("ctxprec_spans_received", "Spans received, by receiver.", ["receiver"], registry=r)
         self.samples = Counter("ctxprec_samples", "Retrievals by final decision.", ["service", "decision"], registry=r)
         self.context_precision = Histogram(
@@ -122,7 +123,7 @@ class Metrics:
             "ctxprec_sample_rate", "Sample rate in force per service (raised while drift is suspected).",
             ["service"], registry=r)
 
-        # -- operational counters beyond the SPEC table (kept few, bounded labels) --
+        # -- operational counters (kept few, bounded labels) --
         self.receiver_errors = Counter(
             "ctxprec_receiver_errors", "Rejected input, by receiver and reason.", ["receiver", "reason"], registry=r)
         self.trace_evictions = Counter(

@@ -8,17 +8,23 @@ from ctxprec.collector.config_types import (
     ReadableFile,
     setting,
 )
+from ctxprec.collector.listener_security import ListenerSecurity, read_token_file
 from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class ReceiversConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
-    otlp_grpc: Listen = setting("0.0.0.0:4317", "OTLP/gRPC listen address, or off", flag="--otlp-grpc")
-    otlp_http: Listen = setting("0.0.0.0:4318", "OTLP/HTTP listen address (/v1/traces, protobuf and JSON), or off",
-                                flag="--otlp-http")
+    # Loopback by default, as the OpenTelemetry Collector's receivers: an app in the same pod or
+    # on the same host reaches it; anything else is an explicit choice of address.
+    otlp_grpc: Listen = setting("127.0.0.1:4317", "OTLP/gRPC listen address, or off; 0.0.0.0:4317 to accept "
+                                                  "other hosts", flag="--otlp-grpc")
+    otlp_http: Listen = setting("127.0.0.1:4318", "OTLP/HTTP listen address (/v1/traces, protobuf and JSON), or "
+                                                  "off; 0.0.0.0:4318 to accept other hosts", flag="--otlp-http")
     auth_token: OptionalText = setting(None, "require 'Authorization: Bearer TOKEN' on OTLP requests",
                                        flag="--receiver-auth-token", secret=True)
+    auth_token_file: ReadableFile = setting(None, "as --receiver-auth-token, read from this file (a mounted secret)",
+                                            flag="--receiver-auth-token-file")
     tls_cert: ReadableFile = setting(None, "TLS certificate (PEM) for the OTLP receivers", flag="--receiver-tls-cert")
     tls_key: ReadableFile = setting(None, "TLS private key (PEM) for the OTLP receivers", flag="--receiver-tls-key")
     tls_client_ca: ReadableFile = setting(
@@ -31,11 +37,22 @@ class ReceiversConfig(BaseModel):
     def max_request_bytes(self) -> int:
         return int(self.max_request_mb * 1024 * 1024)
 
+    def security(self) -> ListenerSecurity:
+        token = self.auth_token
+        if self.auth_token_file is not None:
+            token = read_token_file(self.auth_token_file, "receivers.auth_token_file")
+        return ListenerSecurity(bearer_token=token, tls_cert_file=self.tls_cert, tls_key_file=self.tls_key,
+                                tls_client_ca_file=self.tls_client_ca, name="receiver")
+
     @model_validator(mode="after")
-    def _tls_files_go_together(self) -> "ReceiversConfig":
+    def _check(self) -> "ReceiversConfig":
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("[tls_cert / tls_key] give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("[tls_client_ca] needs tls_cert and tls_key (client certificates are checked during "
                              "the TLS handshake)")
+        if self.auth_token is not None and self.auth_token_file is not None:
+            raise ValueError("[auth_token / auth_token_file] give one or the other")
+        if self.auth_token_file is not None:
+            read_token_file(self.auth_token_file, "[auth_token_file]")  # an empty file fails at start
         return self

@@ -1,4 +1,4 @@
-"""The Kafka receiver (SPEC.md section 9): an aiokafka consumer in a consumer group that hands each
+"""The Kafka receiver (docs/KAFKA.md): an aiokafka consumer in a consumer group that hands each
 message to the pipeline and commits, per partition, only up to the lowest message whose samples
 have not all reached a decision (at-least-once; score records carry an idempotency key, so a
 replay after a crash is harmless downstream).

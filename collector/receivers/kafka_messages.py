@@ -1,9 +1,9 @@
-"""Kafka message values -> pipeline input, per `--kafka-format` (SPEC.md section 9).
+"""Kafka message values -> pipeline input, per `--kafka-format` (docs/FORMATS.md).
 
 - `otlp_proto` / `otlp_json`: one `TracesData` per message, as the OpenTelemetry Collector's Kafka
   exporter writes it; it has the wire form of `ExportTraceServiceRequest`, so the OTLP decoder
   reads it as is.
-- `rag_event`: one RAG event (SPEC.md section 3) as JSON, turned into a `Retrieval`.
+- `rag_event`: one RAG event (docs/FORMATS.md) as JSON, turned into a `Retrieval`.
 
 Anything that cannot be read raises `MessageError` with a bounded `reason` (the dead-letter
 counter's label) and a message that says what is wrong.

@@ -15,7 +15,6 @@ from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
 from ctxprec.collector.receivers.otlp_http import IngestTarget
-from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
@@ -38,7 +37,7 @@ class OtlpGrpcReceiver:
             raise ValueError("receivers.otlp_grpc: the OTLP/gRPC receiver needs a listen address")
         self.host, self.requested_port = config.otlp_grpc
         self.max_bytes = config.max_request_bytes
-        self.security = ReceiverSecurity.of(config)
+        self.security = config.security()
         self._target = target
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None

@@ -20,7 +20,6 @@ from ctxprec.collector.receivers.otlp_decode import (
     is_json,
     media_type,
 )
-from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -49,7 +48,7 @@ class OtlpHttpReceiver:
             raise ValueError("receivers.otlp_http: the OTLP/HTTP receiver needs a listen address")
         self.host, self.requested_port = config.otlp_http
         self.max_bytes = config.max_request_bytes  # per request, compressed and decompressed
-        self.security = ReceiverSecurity.of(config)
+        self.security = config.security()
         self._target = target
         self._metrics = metrics
         self._runner: web.AppRunner | None = None

@@ -69,7 +69,9 @@ class JudgeSettings(BaseModel):
                                        flag="--judge-max-context-chars")
     cache_size: Count0 = setting(_JUDGE.cache_size, "verdict cache entries (0: no cache)", flag="--judge-cache-size")
     redact_pii: Switch = setting(_JUDGE.redact_pii, "replace e-mail addresses, phone and card numbers with "
-                                                    "placeholders before text reaches the judge",
+                                                    "placeholders before text reaches the judge, and in all "
+                                                    "text the sidecar writes out (reasons, records, sinks, "
+                                                    "diagnostics, logs)",
                                  flag="--redact-pii")
     breaker_threshold: Count = setting(_JUDGE.breaker_threshold, "consecutive judge failures that open the circuit "
                                                                  "breaker")

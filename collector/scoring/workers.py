@@ -24,7 +24,7 @@ from ctxprec.collector.sampling.decide import DailyBudget
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
-from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.records import failure_record, record_id, rfc3339, score_record
 from ctxprec.scorer.result import ScoreResult
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class ScoringWorkers:
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc),
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
             document_ids=[documents.identity(c) for c in r.contexts])
         if self.budget is not None:
             self.budget.settle(result.usage.cost_usd)
@@ -127,7 +127,7 @@ class ScoringWorkers:
             span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc))
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r))
         if self.budget is not None:
             self.budget.settle(0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
@@ -167,3 +167,10 @@ class ScoringWorkers:
             r = self._queue.get_nowait()
             self._queue.task_done()
             self._fail(r, SHUTDOWN, "the sidecar shut down before this retrieval was scored")
+
+
+def _timestamp(r: Retrieval) -> str | None:
+    """When the retrieval happened (its span's end, or the event's own time), for the record."""
+    if not r.end_time_unix_nano:
+        return None
+    return rfc3339(datetime.fromtimestamp(r.end_time_unix_nano / 1e9, tz=timezone.utc))

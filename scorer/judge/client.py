@@ -188,6 +188,11 @@ class LimitedChatClient:
                 if self._limiter is not None:
                     await self._limiter.acquire(estimate)
                 error: AttemptError | None = None
+                prepare = getattr(self._transport, "prepare", None)
+                if prepare is not None:
+                    # One-time setup (litellm's cold import: seconds, more on a busy machine) is
+                    # not the judge's answer time: keep it out of the attempt's timeout.
+                    prepare()
                 async with self._semaphore:
                     started = time.perf_counter()
                     try:

@@ -5,7 +5,9 @@ id, language and style):
 
 - `original`: `local_cases.jsonl`, the first 46 English cases;
 - `en-dev`, `en-heldout`: 160 English cases in several labelling styles;
-- `fr-dev`, `fr-heldout`, `ja-dev`, `ja-heldout`: French and Japanese cases.
+- `fr-dev`, `fr-heldout`, `ja-dev`, `ja-heldout`: French and Japanese cases;
+- `en-dev2`, `fr-dev2`, `ja-dev2`: a second development split, written (and committed) before
+  the judge changes tuned on it.
 
 Every set was labelled before the judge was tuned on it, and labels are never changed to suit
 the judge. Rules and thresholds may be chosen on the dev splits only; the held-out splits
@@ -36,6 +38,9 @@ SETS: dict[str, str] = {
     "fr-heldout": "local_cases_fr_heldout.jsonl",
     "ja-dev": "local_cases_ja_dev.jsonl",
     "ja-heldout": "local_cases_ja_heldout.jsonl",
+    "en-dev2": "local_cases_en_dev2.jsonl",
+    "fr-dev2": "local_cases_fr_dev2.jsonl",
+    "ja-dev2": "local_cases_ja_dev2.jsonl",
 }
 
 

@@ -40,6 +40,7 @@ EN_WEAK = frozenset(
     happen happens provide provides change changes move moves stay live bring hold begin began
     hundred thousand million billion dozen half metre metres meter meters km kg cm mm g m
     percent cent around about total average
+    cause causes caused check checks checked checking reason reasons result results
     """.split()
 )
 
@@ -71,6 +72,7 @@ FR_WEAK = frozenset(
     long longue haut bas premier premiere dernier derniere plusieurs beaucoup moins faire font
     prendre donner aller venir voir savoir mettre trouver rester devenir passer utiliser permettre
     permet dire cent mille million millions milliard environ metre metres km kg cm mm
+    cause causes raison raisons resultat resultats verifier
     """.split()
 )
 
@@ -78,7 +80,7 @@ FR_WEAK = frozenset(
 JA_WEAK = frozenset(
     """
     年 月 日 時 分 秒 人 者 方 中 上 下 前 後 間 円 個 回 度 本 的 性 化 大 小 多 少 高 低 長 新 古 一 二 三 十 百 千 万
-    時間 一日 毎日 場合 方法 以上 以下 以内 必要 世界 今日 明日 約 数 全 各 他 等
+    時間 一日 毎日 場合 方法 以上 以下 以内 必要 世界 今日 明日 約 数 全 各 他 等 何 誰
     メートル キロ キロメートル グラム キログラム センチ ミリ パーセント トン リットル カロリー
     """.split()
 )
@@ -95,60 +97,6 @@ _FR_NUMBERS = {
     "vingt": "20", "trente": "30", "quarante": "40", "cinquante": "50", "soixante": "60",
 }
 
-_EN_SUFFIXES = (
-    "ational", "ization", "fulness", "ousness", "iveness", "ations", "ation", "ments", "ment",
-    "ness", "ings", "ing", "ies", "ied", "ers", "er", "ed", "ly", "es", "s",
-)
-
-
 def number_word(word: str, french: bool) -> str | None:
     """The digits a spelled-out number stands for, or None."""
     return (_FR_NUMBERS if french else _EN_NUMBERS).get(word)
-
-
-def english_stem(word: str) -> str:
-    """A light suffix stemmer: enough for "produces", "produced" and "producing" to meet."""
-    if word.isdigit() or len(word) <= 3:
-        return word
-    for suffix in _EN_SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s" and word.endswith(("ss", "us", "is")):
-                break
-            if suffix == "ly" and len(word) < 6:  # "italy", "early", "only" are not adverbs of a stem
-                break
-            word = word[: -len(suffix)]
-            if suffix in ("ies", "ied"):
-                word += "y"
-            break
-    # "produce" / "produc(ed)": drop a final e and undouble a final consonant ("stopped" -> "stop").
-    if word.endswith("e") and len(word) > 3:
-        word = word[:-1]
-    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
-        word = word[:-1]
-    return word
-
-
-_FR_SUFFIXES = (
-    "issements", "issement", "ements", "ement", "ations", "ation", "atrices", "atrice", "ateurs", "ateur",
-    "euses", "euse", "eux", "ables", "able", "iques", "ique", "ismes", "isme", "istes", "iste", "ites", "ite",
-    "ances", "ance", "ences", "ence", "antes", "ante", "ants", "ant", "aient", "ait", "ees", "ee", "es", "er",
-    "ir", "ez", "ent", "e",
-)
-
-
-def french_stem(word: str) -> str:
-    """A light French stemmer on accent-folded words: plural and feminine endings, and the
-    commonest derivational and verb endings, so that "réinitialiser" meets "réinitialisation"."""
-    if word.isdigit() or len(word) <= 3:
-        return word
-    if len(word) > 5 and word.endswith("aux"):
-        word = word[:-3] + "al"
-    elif word[-1] in "sx" and len(word) > 3:
-        word = word[:-1]
-    for suffix in _FR_SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            word = word[: -len(suffix)]
-            break
-    if len(word) > 4 and word[-1] == word[-2] and word[-1] not in "aeiou":
-        word = word[:-1]
-    return word

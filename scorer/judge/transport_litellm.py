@@ -15,8 +15,8 @@ _MAX_ERROR_TEXT = 300
 
 
 def import_litellm() -> ModuleType:
-    """Import litellm without its network fetch of the model cost map (SPEC.md: no network at
-    import), and quiet."""
+    """Import litellm without its network fetch of the model cost map (nothing may reach
+    the network at import), and quiet."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
@@ -67,6 +67,11 @@ class LiteLLMTransport:
         return TransportReply(
             content, _count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None))
         )
+
+    def prepare(self) -> None:
+        """Import litellm before the first attempt's timeout starts (LimitedChatClient calls it)."""
+        if self._litellm is None:
+            self._load()
 
     def _load(self) -> ModuleType:
         self._litellm = import_litellm()

@@ -1,4 +1,4 @@
-"""Reading score records (SPEC.md section 3) for the report. Lines that are not score records are
+"""Reading score records (docs/FORMATS.md) for the report. Lines that are not score records are
 set aside with a message naming the line, never fatal: the report shows what could be read."""
 from __future__ import annotations
 

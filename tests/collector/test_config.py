@@ -25,10 +25,10 @@ def write(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def test_defaults_follow_the_spec() -> None:
+def test_defaults_are_loopback_listeners_and_documented_values() -> None:
     c = config_module.load(parse(), environ={})
-    assert c.receivers.otlp_grpc == ("0.0.0.0", 4317) and c.receivers.otlp_http == ("0.0.0.0", 4318)
-    assert c.metrics.listen == ("0.0.0.0", 9464)
+    assert c.receivers.otlp_grpc == ("127.0.0.1", 4317) and c.receivers.otlp_http == ("127.0.0.1", 4318)
+    assert c.metrics.listen == ("127.0.0.1", 9464)
     assert c.judge.judge_config().model == "local" and c.judge.defaulted
     assert c.write_back == "span" and c.export.forward_to is None and not c.kafka.enabled
     assert c.scoring.max_rss_mb == 512 and c.export.threshold == 0.5
@@ -126,7 +126,7 @@ def test_run_exits_2_with_one_line_and_no_traceback(tmp_path: Path, capsys: pyte
 
 def test_listeners_can_be_switched_off() -> None:
     c = config_module.load(parse("--otlp-grpc", "off", "--metrics", "none"), environ={})
-    assert c.receivers.otlp_grpc is None and c.metrics.listen is None and c.receivers.otlp_http == ("0.0.0.0", 4318)
+    assert c.receivers.otlp_grpc is None and c.metrics.listen is None and c.receivers.otlp_http == ("127.0.0.1", 4318)
 
 
 async def test_no_judge_configured_warns_how_to_set_one(caplog: pytest.LogCaptureFixture) -> None:

@@ -23,7 +23,7 @@ TRACES = 40
 
 
 def expected_map(relevant: list[bool]) -> float:
-    """MAP as SPEC.md section 2 defines it, rounded half up to two decimals."""
+    """MAP as docs/FORMATS.md (How the score is computed) defines it, rounded half up to two decimals."""
     hits, total = 0, 0.0
     for i, rel in enumerate(relevant):
         if rel:

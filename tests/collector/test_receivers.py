@@ -22,7 +22,7 @@ from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
-from ctxprec.collector.receivers.otlp_security import ReceiverSecurity
+from ctxprec.collector.listener_security import ListenerSecurity
 from ctxprec.collector.sampling.sampler import Sampler
 from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -357,8 +357,8 @@ def test_client_ca_needs_a_server_certificate(certs: dict[str, Path]) -> None:
 
 def test_security_settings_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="together"):
-        ReceiverSecurity(tls_cert_file=str(tmp_path / "x.crt"))
+        ListenerSecurity(tls_cert_file=str(tmp_path / "x.crt"))
     with pytest.raises(ValueError, match="does not exist"):
-        ReceiverSecurity(tls_cert_file=str(tmp_path / "x.crt"), tls_key_file=str(tmp_path / "x.key"))
-    assert ReceiverSecurity(bearer_token="t").authorized("bearer t")
-    assert not ReceiverSecurity(bearer_token="t").authorized("Basic t")
+        ListenerSecurity(tls_cert_file=str(tmp_path / "x.crt"), tls_key_file=str(tmp_path / "x.key"))
+    assert ListenerSecurity(bearer_token="t").authorized("bearer t")
+    assert not ListenerSecurity(bearer_token="t").authorized("Basic t")

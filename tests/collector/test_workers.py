@@ -151,3 +151,22 @@ async def test_shutdown_drains_work_that_finishes_within_the_deadline(make_stub_
     await pool.aclose(10)
     assert len(log) == 6 and all(d is Decision.EVALUATED for _, d, _ in log)
     await pool.engine.aclose()
+
+
+async def test_records_carry_when_the_retrieval_happened(make_stub_judge: MakeStub) -> None:
+    stub = await make_stub_judge()
+    sink = CollectSink()
+    log: list[tuple[str, Decision, Any]] = []
+    pool, _ = make_workers(stub, [sink], log)
+    await pool.start()
+    when = retrieval(1, ["[relevant] a"])
+    when.end_time_unix_nano = 1_764_417_600_250_000_000  # 2025-11-29T12:00:00.250Z
+    unknown = retrieval(2, ["[relevant] a"])
+    pool.try_submit(when)
+    pool.try_submit(unknown)
+    await wait_for(lambda: len(sink.outcomes) == 2)
+    await pool.aclose(5)
+    await pool.engine.aclose()
+    by_span = {o.retrieval.span_id: o.record for o in sink.outcomes}
+    assert by_span[f"{1:016x}"]["timestamp"] == "2025-11-29T12:00:00.250Z"
+    assert by_span[f"{2:016x}"]["timestamp"] is None

@@ -18,7 +18,7 @@ from tests.deploy.kustomize import KustomizeError, render, strategic_merge
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
-OVERLAYS = ["sidecar", "kafka-consumer"]
+OVERLAYS = ["sidecar", "kafka-consumer", "metrics-token"]
 K8S_VERSION = "1.30.0"
 CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_v1_servicemonitor.json",
@@ -144,3 +144,20 @@ def test_prometheusrule_is_generated_from_the_rule_files(tmp_path: Path) -> None
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     done = subprocess.run([PROMTOOL, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_metrics_token_overlay_gives_ctxprec_and_prometheus_the_same_secret() -> None:
+    docs = render(K8S / "overlays" / "metrics-token")
+    (deployment,) = _by_kind(docs, "Deployment")
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "ctxprec"]
+    (variable,) = [e for e in container["env"] if e["name"] == "CTXPREC_METRICS_TOKEN"]
+    ref = variable["valueFrom"]["secretKeyRef"]
+    (monitor,) = _by_kind(docs, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert endpoint["authorization"]["credentials"] == {"name": ref["name"], "key": ref["key"]}
+    from ctxprec.collector.config import SETTINGS
+
+    assert any(s.key == "metrics.token" and s.env == "CTXPREC_METRICS_TOKEN" for s in SETTINGS)
+    # The probes need no token: kubelet sends none.
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

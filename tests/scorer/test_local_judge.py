@@ -16,7 +16,7 @@ from ctxprec.scorer.judge.local_text import (
     fold_accents,
     terms,
 )
-from ctxprec.scorer.judge.local_words import english_stem, french_stem
+from ctxprec.scorer.judge.local_stem import english_stem, french_stem
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:
@@ -149,8 +149,8 @@ async def test_other_scripts_are_judged_by_characters_and_say_so() -> None:
 
 
 @pytest.mark.parametrize(("name", "floor"), [
-    ("original", 215 / 231), ("en-dev", 0.85), ("en-heldout", 0.85), ("fr-dev", 0.8), ("fr-heldout", 0.8),
-    ("ja-dev", 0.8), ("ja-heldout", 0.8)])
+    ("original", 215 / 231), ("en-dev", 0.9), ("en-heldout", 0.9), ("fr-dev", 0.9), ("fr-heldout", 0.85),
+    ("ja-dev", 0.9), ("ja-heldout", 0.85), ("en-dev2", 0.85), ("fr-dev2", 0.85), ("ja-dev2", 0.85)])
 def test_agreement_on_every_labelled_set_stays_above_its_floor(name: str, floor: float) -> None:
     # Floors a little under the measured figures (docs/LOCAL_JUDGE.md): a change that loses
     # agreement on any set, held-out ones included, fails here.
@@ -163,8 +163,9 @@ def test_sets_are_big_enough_and_split() -> None:
     assert len(english) >= 150 and sum(len(c["contexts"]) for c in english) >= 600
     for language in ("fr", "ja"):
         assert len(load_cases(f"{language}-dev")) + len(load_cases(f"{language}-heldout")) >= 40
-    dev = {c["question"] for c in load_cases("en-dev")}
-    assert not dev & {c["question"] for c in load_cases("en-heldout")}  # no case in both splits
+    for language in ("en", "fr", "ja"):  # no question in a development split and the held-out one
+        dev = {c["question"] for name in (f"{language}-dev", f"{language}-dev2") for c in load_cases(name)}
+        assert not dev & {c["question"] for c in load_cases(f"{language}-heldout")}
 
 
 def test_local_scorer_needs_no_network() -> None:
@@ -181,3 +182,69 @@ def test_local_scorer_needs_no_network() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1.0", "True", "False"]
+
+
+def test_stemmer_joins_derivations_irregulars_and_spellings() -> None:
+    assert english_stem("activation") == english_stem("activate") == english_stem("activity")
+    assert english_stem("invasion") == english_stem("invaded")
+    assert english_stem("stolen") == english_stem("theft") == english_stem("steal")
+    assert english_stem("children") == english_stem("child")
+    assert english_stem("colour") == english_stem("color") and english_stem("organisation") == english_stem("organization")
+    assert english_stem("slower") == english_stem("slow") and english_stem("bigger") == english_stem("big")
+    assert english_stem("flower") != english_stem("flow")  # a flower is not a comparative
+    assert french_stem("joyeuses") == french_stem("joyeux") and french_stem("sportive") == french_stem("sportif")
+    assert french_stem("laver") == french_stem("lavez")
+
+
+def test_acronyms_code_and_alphanumeric_tokens() -> None:
+    t = terms("Replace old bulbs with LEDs; use sorted(x) or list.sort(); plants take in CO2.", ENGLISH)
+    assert "led" in t.weights  # not "lead": an acronym is not stemmed
+    assert {"sorted()", "sort()"} <= set(t.weights) and t.weights["sort()"] == STRONG
+    assert "co2" in t.weights
+
+
+def test_french_names_after_elision_are_names() -> None:
+    t = terms("La France est frontalière de l'Espagne.", FRENCH)
+    assert t.weights[french_stem("espagne")] == STRONG
+
+
+async def test_synonyms_count_as_the_answers_words_and_say_so() -> None:
+    outcome = await LocalJudge().judge(
+        "What should I do if my dog eats chocolate?",
+        ["Phone a veterinarian immediately; quick treatment matters.", "Labradors are a popular breed."],
+        reference_kind="output",
+        reference="Call your vet straight away and tell them how much chocolate your dog ate.",
+    )
+    assert [v.relevant for v in outcome.verdicts] == [True, False]
+    assert "veterinarian ≈ vet" in outcome.verdicts[0].reason and "phone ≈ call" in outcome.verdicts[0].reason
+
+
+async def test_small_figures_counting_the_same_thing_conflict() -> None:
+    outcome = await LocalJudge().judge(
+        "How long does standard shipping take?",
+        ["Standard orders arrive in 3 to 5 business days.", "Express shipping delivers in 1-2 business days."],
+        reference_kind="output",
+        reference="Standard shipping takes 3 to 5 business days.",
+    )
+    assert [v.relevant for v in outcome.verdicts] == [True, False]
+    assert "numbers differ" in outcome.verdicts[1].reason
+
+
+async def test_japanese_single_kanji_words_and_shared_kanji() -> None:
+    colours = await LocalJudge().judge(
+        "虹の色は何ですか？", ["赤は虹の外側の縁に見える。", "虹は太陽を背にしたときに見える。"],
+        reference_kind="output", reference="虹の色は赤、橙、黄、緑、青、藍、紫の七色です。")
+    assert [v.relevant for v in colours.verdicts] == [True, False]  # 赤 before a particle is a word
+    t = terms("お酒を飲むと朝には体の水分が足りなくなる。", JAPANESE)
+    assert "水" in t.kanji and "分" not in t.kanji  # 水分 can meet 脱水 through 水; 分 (minute) is generic
+
+
+def test_synonym_groups_are_well_formed() -> None:
+    from ctxprec.scorer.judge.local_synonyms import EN_GROUPS, FR_GROUPS, JA_GROUPS
+
+    for text in (EN_GROUPS, FR_GROUPS, JA_GROUPS):
+        for line in text.strip().splitlines():
+            members = [m.strip() for m in line.split(",")]
+            assert len(members) >= 2 and all(members), line
+            assert all(len(m.split()) <= 3 for m in members), line  # phrases of up to three words
+

@@ -1,4 +1,4 @@
-"""MAP and its companions against the seeds' definition and hand-computed golden vectors."""
+"""MAP and its companions against the definition and hand-computed golden vectors."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
         ([1], 1.0),
         ([0, 1], 0.5),
         ([1, 0, 1], 0.83),  # (1 + 2/3) / 2
-        ([1, 0, 1, 0], 0.83),  # the seeds' example: exactly 0.8333..., not 0.835
+        ([1, 0, 1, 0], 0.83),  # the documented example: exactly 0.8333..., not 0.835
         ([1, 1, 0, 1], 0.92),  # (1 + 1 + 3/4) / 3 = 0.9166...
         ([0, 0, 1, 1, 1], 0.48),  # (1/3 + 2/4 + 3/5) / 3 = 0.4777...
         ([0, 0, 0], 0.0),

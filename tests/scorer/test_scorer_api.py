@@ -1,4 +1,4 @@
-"""The public API of SPEC.md section 2: construction errors, context resolution, reference choice."""
+"""The library's public API: construction errors, context resolution, reference choice."""
 from __future__ import annotations
 
 import asyncio

@@ -170,11 +170,15 @@ def test_command_line_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_planted_noisy_documents_share_nothing_with_their_services_questions() -> None:
+    judge = LocalJudge()
     for service in SERVICES:
         assert len(NOISY_DOCUMENTS[service]) >= 2
         for doc in NOISY_DOCUMENTS[service]:
             for question in questions_for(service):
                 assert not shares_content(doc.content, f"{question.query} {question.answer}"), (doc.id, question.query)
+                outcome = judge.judge_sync(question.query, [doc.content], reference_kind="output",
+                                           reference=question.answer)
+                assert not outcome.verdicts[0].relevant, (doc.id, question.query, outcome.verdicts[0].reason)
 
 
 def test_noisy_documents_are_the_most_often_irrelevant_and_docs_search_needs_only_3_contexts() -> None:

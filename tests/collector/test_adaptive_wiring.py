@@ -14,6 +14,7 @@ from ctxprec.collector.config import ConfigError
 from ctxprec.collector.model import Decision, Outcome
 from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.config import SamplingConfig
+from ctxprec.collector.serve import describe
 from ctxprec.collector.stub_judge import StubJudge
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
@@ -201,3 +202,10 @@ async def test_the_pipeline_publishes_every_services_rate_even_when_adaptive_sam
         assert pipeline.sampler.observe in pipeline.drift.observers
         assert pipeline.sampler.keep_trace(b"\x00" * 16, "checkout")
         assert pipeline.metrics.registry.get_sample_value("ctxprec_sample_rate", {"service": "checkout"}) == 0.25
+        assert not any("adaptive" in line for line in describe(pipeline))
+
+
+async def test_serve_says_when_sampling_is_adaptive() -> None:
+    async with running(serve_config("--sample-rate", "0.05", "--adaptive-sampling", "on")) as pipeline:
+        assert any("sample rate 0.05 (adaptive: raised while a drift is suspected)" in line
+                   for line in describe(pipeline))

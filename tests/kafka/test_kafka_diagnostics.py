@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from ctxprec.collector.serve import describe
+
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.tansu import Broker, create_topic, produce, read_all, records_json
 
@@ -28,6 +30,7 @@ async def test_summaries_go_to_their_own_topic(broker: Broker, unique_topic: str
     flags = kafka_flags(broker.bootstrap, topic, results, stub_judge.url, fmt="rag_event", group=f"g-{unique_topic}",
                         extra=["--kafka-diagnostics-topic", diagnostics, "--kafka-diagnostics-interval-s", "0.5"])
     async with running(flags) as pipeline:
+        assert f"output: noisy-document summaries to Kafka topic {diagnostics} every 0.5s" in describe(pipeline)
         await produce(broker.bootstrap, topic, [(None, _event(i)) for i in range(EVENTS)])
         scored = await read_all(broker.bootstrap, results, expect=EVENTS)
         # Written periodically while serving: a round taken after every event was scored.

@@ -58,8 +58,10 @@ system-deps:
 
 test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) system-deps
 
+# The demo ends by itself after 90 s with its summary; DURATION=0 keeps it running until Ctrl-C,
+# DURATION=300 runs it for five minutes.
 demo: $(STAMP)
-	$(BIN)/ctxprec demo
+	$(BIN)/ctxprec demo $(if $(DURATION),--duration $(DURATION))
 
 # The in-process tests run on every core; the end-to-end ones (marked slow in tests/conftest.py:
 # brokers, servers, apps and timing) one at a time after them.

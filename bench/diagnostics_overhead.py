@@ -11,8 +11,8 @@ Two measurements:
 2. Through `ctxprec serve` in its own process: OTLP/HTTP protobuf RAG traces at a fixed rate
    (sample rate 1), the stub judge in another process, sidecar CPU time (psutil) per evaluated
    retrieval, with diagnostics off and on, in alternating runs. The sidecar is started by this
-   script (`--serve-child`), which runs `serve()` and adds a DiagnosticsSink to the pipeline when
-   asked: the pipeline has no diagnostics flag of its own yet.
+   script (`--serve-child`), which runs `serve()` with `--diagnostics on` or `off` and times every
+   result sink.
 
 Goal: diagnostics add under 5% CPU per score.
 
@@ -424,21 +424,18 @@ def serve_child(diagnostics: bool, serve_args: list[str], stats_path: str | None
     import logging
 
     from ctxprec.collector import config as config_module
-    from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
-    from ctxprec.collector.diagnostics.sink import DiagnosticsSink
     from ctxprec.collector.serve import serve
 
     parser = argparse.ArgumentParser(prog="diagnostics-overhead serve child")
     config_module.add_arguments(parser)
+    serve_args = [*serve_args, "--diagnostics", "on" if diagnostics else "off",
+                  "--diagnostics-slice-attributes", ",".join(SLICE_ATTRIBUTES)]
     config = config_module.load(parser.parse_args(serve_args))
     logging.basicConfig(level=config.log_level.upper())
 
     timed: list[TimedSink] = []
 
     def attach(pipeline: Any) -> None:
-        if diagnostics:
-            pipeline.add_sink(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES),
-                                              metrics=pipeline.metrics, drift=pipeline.drift))
         # Every sink timed in both modes, so that the timing's own cost is the same on both sides.
         timed.extend(TimedSink(sink) for sink in pipeline.fanout.sinks)
         pipeline.fanout.sinks = list(timed)

@@ -2,8 +2,10 @@
 that connects the stages (collector/components.py names the seams); data flows one way:
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
-    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, span write-back,
-                                                   evaluator spans, Kafka results, ...)
+    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, diagnostics,
+                                                   span write-back, evaluator spans, Kafka results, ...)
+    drift monitor -> adaptive sampler (a service's rate rises while a drift is suspected)
+    diagnostics -> /diagnostics/* on the metrics port, and the Kafka diagnostics topic
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
 
 `Pipeline` owns start and stop order. Stopping is graceful: inputs close first (Kafka only stops
@@ -18,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ctxprec.collector.components import ResultSink
 from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
-from ctxprec.collector.exporters.redaction import RedactingSink
+from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import (
@@ -42,6 +45,7 @@ from ctxprec.collector.sampling.decide import (
     current_rss_bytes,
     score_throttle,
 )
+from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.placement import make_engine
@@ -65,12 +69,21 @@ class Pipeline:
                                                     JudgeFailureLog(self.judge_failures)))
         self.identity = ScorerIdentity.of_engine(self.engine)
         sampling, scoring = config.sampling, config.scoring
-        self.sampler = Sampler(sampling.default_rate, sampling.rules)
+        # Always the adaptive wrapper: switched off it never boosts, and it still publishes each
+        # service's rate to `ctxprec_sample_rate`. Keyed by the capped service label, as the drift
+        # monitor is, so that the monitor's observer finds the service it boosts.
+        self.sampler = AdaptiveSampler(Sampler(sampling.default_rate, sampling.rules),
+                                       AdaptiveSettings.of(sampling), key=self.metrics.service)
+        sample_rate = Children(self.metrics.sample_rate)
+        self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
         # Every decision ends here: results to the sinks, then counted, then the input released.
         self.fanout = ResultFanout(self.metrics)
         self.budget = DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None
         self.drift = DriftMonitor(self.metrics, config.drift)
+        self.drift.observers.append(self.sampler.observe)
         self.fanout.add(MetricsSink(self.metrics, self.drift))
+        self.diagnostics: Any = None  # diagnostics.sink.DiagnosticsSink, after the MetricsSink
+        self._build_diagnostics()
         # One line a minute in the log: what came in, what was scored, the mean score per service.
         self.activity = ActivityLog(self._spans_received)
         self.fanout.add(self.activity)
@@ -97,6 +110,7 @@ class Pipeline:
         # Kafka: an optional receiver and its results producer (another ResultSink).
         self.kafka_receiver: Any = None
         self.kafka_results: Any = None
+        self.kafka_diagnostics: Any = None  # exporters.kafka_diagnostics.KafkaDiagnosticsExporter
         self._build_kafka()
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
                                    judge_outcomes=LOCAL_OUTCOMES if self.engine.model == "local" else REQUEST_OUTCOMES)
@@ -106,6 +120,7 @@ class Pipeline:
             self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
                                                 security=config.metrics.security(), metrics_open=config.metrics.open)
             self._add_ready_checks(self.metrics_server)
+            self._add_diagnostics_routes(self.metrics_server)
         self._started = False
 
     # -- assembly of the parts --
@@ -159,6 +174,36 @@ class Pipeline:
     def add_sink(self, sink: ResultSink) -> None:
         """Extra result sinks (e.g. an embedding app's own); they get every retrieval's outcome."""
         self.fanout.add(sink)
+
+    def _build_diagnostics(self) -> None:
+        config = self.config.diagnostics
+        if not config.enabled:
+            return
+        from ctxprec.collector.diagnostics.sink import DiagnosticsSink
+
+        settings = config.settings(max_services=self.config.metrics.max_services,
+                                   max_retrievers=self.config.metrics.max_retrievers)
+        # The sink hooks its drift explainer into the monitor (`drift.on_alarm`).
+        self.diagnostics = DiagnosticsSink(settings, metrics=self.metrics, drift=self.drift,
+                                           redact=self._preview_redaction())
+        self.add_sink(self.diagnostics)
+
+    def _preview_redaction(self) -> Callable[[str], str] | None:
+        """Text previews of noisy documents leave the process: not at all unless previews are on;
+        with --redact-pii through the same redaction as the judge's prompts (the RedactingSink in
+        front of the fan-out already applied it to the contexts; redacting is idempotent, and
+        this keeps previews safe whatever feeds the sink); as they are otherwise."""
+        if not self.config.diagnostics.previews:
+            return None
+        return redact_text if self.config.judge.redact_pii else _as_is
+
+    def _add_diagnostics_routes(self, server: MetricsServer) -> None:
+        sink = self.diagnostics
+        if sink is None:
+            return
+        server.add_json_route("/diagnostics/documents", sink.documents_json)
+        server.add_json_route("/diagnostics/drift", sink.drift_json)
+        server.add_json_route("/diagnostics/top_k", sink.top_k_json)
 
     def _build_write_back(self) -> None:
         export = self.config.export
@@ -215,6 +260,14 @@ class Pipeline:
             self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
             self.add_sink(self.kafka_results)
             barrier = self.kafka_results.flush
+        if kafka.diagnostics_topic:
+            if self.diagnostics is None:
+                raise ValueError("kafka.diagnostics_topic needs the diagnostics on (--diagnostics on)")
+            from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
+
+            sink = self.diagnostics
+            self.kafka_diagnostics = KafkaDiagnosticsExporter(kafka, lambda: sink.documents_json({}).body,
+                                                              self.metrics)
         ingest = None if kafka.format == "rag_event" else self.ingest
         # rag_event: the receiver makes the head sampling decision itself, with the gate's sampler.
         self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics, ingest=ingest,
@@ -260,6 +313,8 @@ class Pipeline:
                 await self.evaluator.start()
             if self.kafka_results is not None:
                 await self.kafka_results.start()
+            if self.kafka_diagnostics is not None:
+                await self.kafka_diagnostics.start()
             await self.ingest.start()
             for receiver in self.receivers:
                 await receiver.start()
@@ -305,6 +360,8 @@ class Pipeline:
         self.gate.closed = True
         if self.kafka_results is not None:
             await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")
+        if self.kafka_diagnostics is not None:  # after scoring drained: the last round counts every score
+            await _quietly(self.kafka_diagnostics.stop(), "writing the last diagnostics summary")
         if self.evaluator is not None:
             await _quietly(self.evaluator.stop(), "flushing evaluator spans")
         if self.writeback is not None:
@@ -321,6 +378,10 @@ class Pipeline:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 async def _quietly(awaitable: Any, what: str) -> None:

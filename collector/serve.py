@@ -50,6 +50,7 @@ def describe(pipeline: Pipeline) -> list[str]:
     judge = c.judge
     where = f" at {judge.api_base}" if judge.api_base else ""
     lines.append(f"judge: {pipeline.engine.model}{where}; sample rate {c.sampling.default_rate:g}"
+                 + (" (adaptive: raised while a drift is suspected)" if c.sampling.adaptive else "")
                  + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else ""))
     forward_to = c.export.forward_to
     if forward_to:
@@ -59,6 +60,9 @@ def describe(pipeline: Pipeline) -> list[str]:
                      + (" and the Kafka results topic" if c.kafka.results_topic else ""))
     if c.kafka.enabled and c.kafka.results_topic:
         lines.append(f"output: score records to Kafka topic {c.kafka.results_topic}")
+    if c.kafka.enabled and c.kafka.diagnostics_topic:
+        lines.append(f"output: noisy-document summaries to Kafka topic {c.kafka.diagnostics_topic} every "
+                     f"{c.kafka.diagnostics_interval_s:g}s")
     server = pipeline.metrics_server
     if server is not None:
         access = ("token required" if server.security.bearer_token is not None and not server.metrics_open

@@ -252,6 +252,22 @@ def diagnostics() -> dict[str, Any]:
               [Target(f"bottomk(10, service_retriever:ctxprec_context_precision:mean1h{{{SVC_RET}}})",
                       instant=True, fmt="table")],
               w=12, h=8, unit="percentunit", extra={"showHeader": True, "cellHeight": "sm"}),
+        Panel("Recommended top-k", "stat",
+              [Target(f"max by (service, retriever) (ctxprec_recommended_k{{{SVC_RET}}})", "{{service}}/{{retriever}}",
+                      instant=True)],
+              w=12, h=6, unit="short",
+              description="Smallest number of contexts per retrieval that keeps 95% of the contexts the judge "
+                          "found relevant (from relevance by rank; empty until 30 relevant contexts were seen). "
+                          "/diagnostics/top_k on the sidecar's metrics port has the whole curve.",
+              extra={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                     "colorMode": "none", "graphMode": "none", "textMode": "value_and_name"},
+              defaults={"decimals": 0}),
+        Panel("Context tokens saved per request at the recommended k", "timeseries",
+              [Target(f"max by (service, retriever) (ctxprec_recommended_k_saved_tokens{{{SVC_RET}}})",
+                      "{{service}}/{{retriever}}")],
+              w=12, h=6, unit="short", extra=_LEGEND,
+              description="Tokens (characters / 4) of the contexts ranked after the recommended k, per "
+                          "request: what cutting the retriever to k would stop sending to the LLM."),
         Panel("Score delay (retrieval end to score)", "timeseries", [
             Target("histogram_quantile(0.5, sum by (le) (rate(ctxprec_score_delay_seconds_bucket[$__rate_interval])))", "p50"),
             Target("histogram_quantile(0.95, sum by (le) (rate(ctxprec_score_delay_seconds_bucket[$__rate_interval])))", "p95"),
@@ -308,6 +324,12 @@ def scorer_health() -> dict[str, Any]:
             Target("sum by (reason) (rate(ctxprec_trace_evictions_total[$__rate_interval]))", "evicted: {{reason}}"),
         ], w=12, h=8, unit="reqps", extra=_LEGEND,
             description="Bad OTLP/Kafka input and traces dropped from the assembly buffer."),
+        Panel("Sample rate", "timeseries",
+              [Target(f"max by (service) (ctxprec_sample_rate{{{SVC}}})", "{{service}}")],
+              w=12, h=8, unit="percentunit", minmax=(0, 1), extra=_LEGEND,
+              description="Share of traces scored per service. With adaptive sampling on, a service's rate rises "
+                          "while its drift detector suspects a drift, and returns to base once the drift is "
+                          "confirmed or gone (docs/STATISTICS.md)."),
         Panel("Replicas up", "stat", [Target("count(ctxprec_build_info) by (version)", "{{version}}", instant=True)],
               w=12, h=8, extra={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                                 "colorMode": "none", "graphMode": "none", "textMode": "value_and_name"}),

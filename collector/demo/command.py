@@ -1,6 +1,9 @@
-"""`ctxprec demo`: the sidecar in-process (local judge, every trace scored, short quiet period),
-the synthetic RAG app sending it OTLP/HTTP, and a live view. Part-way through, one service's
-retriever degrades and the drift detector raises its alarm within seconds."""
+"""`ctxprec demo`: the sidecar in-process (local judge, 10% of traces sampled with adaptive
+sampling, short quiet period), the synthetic RAG app sending it OTLP/HTTP, and a live view.
+Part-way through, one service's retriever degrades: its sample rate rises while the drift is
+suspected, the drift detector raises its alarm within seconds, and later its baseline adapts to
+the new level. The planted noisy documents and the recommended top-k show as the diagnostics
+find them. It ends by itself after `--duration` (90 s) with a summary."""
 from __future__ import annotations
 
 import argparse
@@ -9,43 +12,74 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ctxprec.collector.demo.synthetic_app import AppConfig, EmittedTrace, SyntheticRagApp
-from ctxprec.collector.demo.view import ServiceRow, Snapshot, Tally, render
+from ctxprec.collector.demo.view import (
+    ServiceRow,
+    Snapshot,
+    Tally,
+    describe_clear,
+    rate_text,
+    render,
+)
 
 log = logging.getLogger("ctxprec.demo")
 
-DEFAULT_RATE = 30.0  # traces/s: enough for the detector to warm up within a few seconds
+# The timeline of the default run. At 120 traces/s (60 a service) and 10% sampling each service
+# gets about 6 scores a second: the drift detector's warm-up (100 scores) ends after about 17 s,
+# the retriever degrades at 25 s, the rate rises and the alarm follows within a few seconds, and
+# the detector's baseline (moving fast here, see DEMO_SETTINGS) reaches the new level after
+# about 40 s more, well before the run ends at 90 s.
+DEFAULT_RATE = 120.0
+DEFAULT_SAMPLE_RATE = 0.1
+DEFAULT_DURATION = 90.0
+DEFAULT_DEGRADE_AFTER = 25.0
+DIAGNOSTICS_EVERY_S = 10.0  # the plain (non-terminal) view prints the diagnostics this often
 DEMO_SETTINGS: dict[str, Any] = {
     "receivers.otlp_grpc": "off",
     "receivers.otlp_http": "127.0.0.1:0",
     "judge.model": "local",
-    "sampling.default_rate": 1.0,
     "assembly.quiet_period_s": 0.2,
     "assembly.max_wait_s": 5.0,
     "scoring.max_rss_mb": "off",
-    "drift.warmup": 50,
+    "drift.warmup": 100,
+    # A baseline that follows a lasting change within a minute at these rates (the default, 0.005,
+    # takes several hundred scores): the demo shows the adaptation before it ends.
+    "drift.baseline_alpha": 0.02,
+    "sampling.adaptive": True,
+    # Raised 5x (10% -> 50%) from 40% of the alarm threshold, and held for 50 scores of the alarm:
+    # long enough to be seen in a view refreshed every second. A lower warning level would also
+    # boost on the healthy service's noise now and then (cheap in production, confusing here).
+    "sampling.adaptive_warning": 0.4,
+    "sampling.adaptive_factor": 5.0,
+    "sampling.adaptive_confirm_scores": 50,
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=None, metavar="S",
-                        help="seconds to run (default: until Ctrl-C)")
+    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="S",
+                        help="seconds to run, then print the summary and exit (default %(default)g; 0: until "
+                             "Ctrl-C)")
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, metavar="R",
-                        help="traces per second (default %(default)s)")
-    parser.add_argument("--degrade-after", type=float, default=None, metavar="S",
-                        help="seconds before support-bot's retriever degrades (default: 40%% of --duration, else 20)")
+                        help="traces per second (default %(default)g)")
+    parser.add_argument("--sample-rate", type=float, default=DEFAULT_SAMPLE_RATE, metavar="R",
+                        help="fraction of traces scored, raised while a drift is suspected (default %(default)g)")
+    parser.add_argument("--degrade-after", type=float, default=DEFAULT_DEGRADE_AFTER, metavar="S",
+                        help="seconds before support-bot's retriever degrades (default %(default)g)")
     parser.add_argument("--metrics", default="127.0.0.1:9464", metavar="HOST:PORT",
                         help="HOST:PORT for /metrics (default %(default)s; a free port if taken)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic (default %(default)s)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
-    if args.duration is not None and not args.duration > 0:
-        return f"--duration must be > 0 seconds, got {args.duration:g}"
+    if not args.duration >= 0:
+        return f"--duration must be >= 0 seconds (0: until Ctrl-C), got {args.duration:g}"
     if not args.rate > 0:
         return f"--rate must be > 0 traces per second, got {args.rate:g}"
+    if not 0 < args.sample_rate <= 1:
+        return f"--sample-rate must be between 0 (excluded) and 1, got {args.sample_rate:g}"
     if args.degrade_after is not None and args.degrade_after < 0:
         return f"--degrade-after must be >= 0 seconds, got {args.degrade_after:g}"
     host, sep, port = str(args.metrics).rpartition(":")
@@ -65,13 +99,15 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _config(metrics: str) -> Any:
+def _config(metrics: str, sample_rate: float) -> Any:
     from ctxprec.collector import config as config_module
 
-    return config_module.load(None, environ={}, file_values={**DEMO_SETTINGS, "metrics.listen": metrics})
+    return config_module.load(None, environ={}, file_values={
+        **DEMO_SETTINGS, "metrics.listen": metrics, "sampling.default_rate": sample_rate})
 
 
-async def _start_sidecar(metrics: str, tally: Tally) -> tuple[Any, asyncio.Task[None], asyncio.Event]:
+async def _start_sidecar(metrics: str, sample_rate: float,
+                         tally: Tally) -> tuple[Any, asyncio.Task[None], asyncio.Event]:
     """Start `serve` in this loop; when the metrics port is taken, retry on a free port."""
     from ctxprec.collector.serve import serve
 
@@ -83,7 +119,7 @@ async def _start_sidecar(metrics: str, tally: Tally) -> tuple[Any, asyncio.Task[
             pipeline.add_sink(tally)
             holder["pipeline"] = pipeline
 
-        task = asyncio.create_task(serve(_config(listen), ready=ready, stop=stop, on_start=on_start))
+        task = asyncio.create_task(serve(_config(listen, sample_rate), ready=ready, stop=stop, on_start=on_start))
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         if ready.is_set():
@@ -108,8 +144,78 @@ def _decisions(pipeline: Any) -> dict[str, int]:
     return counts
 
 
-def _snapshot(app: SyntheticRagApp, pipeline: Any, tally: Tally, started: float, duration: float | None,
-              events: list[str]) -> Snapshot:
+@dataclass(slots=True)
+class Story:
+    """What happened so far, as event lines for the view and facts for the summary."""
+
+    tty: bool
+    out: TextIO
+    started: float
+    events: list[str] = field(default_factory=list)
+    drifts: list[tuple[str, float]] = field(default_factory=list)  # (service, seconds) of each alarm
+    adapted: list[tuple[str, float, float]] = field(default_factory=list)  # (service, seconds, baseline)
+    raised: dict[str, tuple[float, float]] = field(default_factory=dict)  # service -> (peak rate, seconds)
+    # The detector's baseline before the drift: taken when the rate rose (the baseline keeps
+    # moving towards the new level while the drift is being confirmed), else when the alarm rose.
+    before_drift: dict[str, float] = field(default_factory=dict)
+    baseline_at_alarm: dict[str, float] = field(default_factory=dict)
+    adapted_now: set[str] = field(default_factory=set)
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def add(self, text: str, at: float | None = None) -> None:
+        self.events.append(f"[{self.now() if at is None else at:5.1f}s] {text}")
+        if not self.tty:
+            print(self.events[-1], file=self.out, flush=True)
+
+
+def _watch_rates(pipeline: Any, story: Story, base: float) -> None:
+    """Every change of a service's sample rate, as it happens (a boost lasts a few seconds)."""
+    from ctxprec.collector.sampling.adaptive import Phase
+
+    sampler = pipeline.sampler
+    raising: set[str] = set()
+
+    def changed(service: str, rate: float) -> None:
+        if rate > base:
+            raising.add(service)
+            detector = pipeline.drift.detectors.get(service)
+            if detector is not None and detector.warmed_up:
+                story.before_drift[service] = detector.baseline
+            peak = story.raised.get(service, (0.0, story.now()))
+            story.raised[service] = (max(peak[0], rate), peak[1])
+            story.add(f"{service}: sample rate {rate_text(base)} -> {rate_text(rate)} (drift suspected: "
+                      f"scoring more traces to confirm or dismiss it)")
+        elif service in raising:  # not each service's first publication of its base rate
+            raising.discard(service)
+            confirmed = sampler.phase(service) is Phase.HOLD
+            if not confirmed:
+                story.before_drift.pop(service, None)
+            why = "drift confirmed" if confirmed else "nothing confirmed"
+            story.add(f"{service}: sample rate back to {rate_text(rate)} ({why})")
+
+    sampler.subscribe(changed)
+
+
+def _diagnostics(pipeline: Any) -> list[str]:
+    """The noisy documents and recommended top-k found so far (what /diagnostics/* serve)."""
+    sink = pipeline.diagnostics
+    if sink is None:
+        return []
+    lines = []
+    for s in sink.documents_json({"limit": "2"}).body["summaries"]:
+        docs = ", ".join(f"{d['document']} ({d['irrelevant']}x irrelevant)" for d in s["documents"])
+        lines.append(f"noisy documents {s['service']}/{s['retriever']}: {docs}")
+    for p in sink.top_k_json({}).body["pairs"]:
+        if p["recommended_k"] is not None:
+            lines.append(f"recommended top-k {p['service']}/{p['retriever']}: {p['recommended_k']} of "
+                         f"{p['max_rank']} (saves {p['saved_tokens_per_request']:.0f} context tokens a request)")
+    return lines
+
+
+def _snapshot(app: SyntheticRagApp, pipeline: Any, tally: Tally, story: Story, duration: float | None,
+              show_diagnostics: bool) -> Snapshot:
     now = time.monotonic()
     rows = []
     for service in app.config.services:
@@ -120,19 +226,40 @@ def _snapshot(app: SyntheticRagApp, pipeline: Any, tally: Tally, started: float,
             failed=t.failed if t else 0, window=tally.window_mean(service, now),
             recent=detector.recent if detector and detector.count else None,
             baseline=detector.baseline if detector and detector.warmed_up else None,
-            drift=bool(detector and detector.alarmed)))
-    return Snapshot(elapsed=now - started, duration=duration, metrics_url=pipeline.metrics_url or "(off)",
+            drift=bool(detector and detector.alarmed), rate=pipeline.sampler.rate(service),
+            base_rate=pipeline.config.sampling.default_rate, adapted=service in story.adapted_now))
+    return Snapshot(elapsed=now - story.started, duration=duration, metrics_url=pipeline.metrics_url or "(off)",
                     degrade_service=app.config.degrade_service, degrade_after=app.config.degrade_after,
-                    degraded_at=app.stats.degraded_at, rows=rows, decisions=_decisions(pipeline), events=events)
+                    degraded_at=app.stats.degraded_at, rows=rows, decisions=_decisions(pipeline),
+                    events=story.events, diagnostics=_diagnostics(pipeline), show_diagnostics=show_diagnostics)
+
+
+def _follow_drift(snap: Snapshot, story: Story, alarmed: dict[str, bool]) -> None:
+    for row in snap.rows:
+        if row.drift == alarmed.get(row.service, False):
+            continue
+        alarmed[row.service] = row.drift
+        if row.drift:
+            story.drifts.append((row.service, snap.elapsed))
+            story.adapted_now.discard(row.service)
+            story.baseline_at_alarm[row.service] = story.before_drift.pop(
+                row.service, row.baseline if row.baseline is not None else 0.0)
+            story.add(f"DRIFT detected for {row.service}: recent precision {row.recent:.2f} vs baseline "
+                      f"{row.baseline:.2f}", snap.elapsed)
+            continue
+        cleared = describe_clear(row.service, story.baseline_at_alarm.get(row.service, row.baseline or 0.0),
+                                 row.recent or 0.0, row.baseline or 0.0)
+        if cleared.adapted:
+            story.adapted_now.add(row.service)
+            story.adapted.append((row.service, snap.elapsed, row.baseline or 0.0))
+        story.add(cleared.text, snap.elapsed)
 
 
 async def _main(args: argparse.Namespace, out: TextIO) -> int:
     tty = out.isatty()
-    degrade_after = args.degrade_after
-    if degrade_after is None:
-        degrade_after = 0.4 * args.duration if args.duration else 20.0
+    duration = args.duration or None  # 0: until Ctrl-C
     tally = Tally()
-    pipeline, serve_task, serve_stop = await _start_sidecar(args.metrics, tally)
+    pipeline, serve_task, serve_stop = await _start_sidecar(args.metrics, args.sample_rate, tally)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -146,40 +273,35 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
             tally.degraded_traces.add(trace.trace_id)
 
     app = SyntheticRagApp(AppConfig(endpoint=f"http://127.0.0.1:{pipeline.otlp_http_port}", protocol="http",
-                                    rate=args.rate, duration=args.duration, degrade_after=degrade_after,
+                                    rate=args.rate, duration=duration, degrade_after=args.degrade_after,
                                     seed=args.seed, export_delay_ms=100), on_emit=on_emit)
+    ends = f"ends after {duration:g}s" if duration else "runs until Ctrl-C"
     print(f"ctxprec demo: sidecar on OTLP/HTTP 127.0.0.1:{pipeline.otlp_http_port}, "
-          f"metrics at {pipeline.metrics_url}/metrics; judge: local; "
-          f"{app.config.degrade_service}'s retriever degrades after {degrade_after:g}s", file=out, flush=True)
-    started = time.monotonic()
+          f"metrics at {pipeline.metrics_url}/metrics (diagnostics at {pipeline.metrics_url}/diagnostics/documents); "
+          f"judge: local; {args.rate:g} traces/s, {rate_text(args.sample_rate)} sampled (adaptive); "
+          f"{app.config.degrade_service}'s retriever degrades after {args.degrade_after:g}s; {ends}",
+          file=out, flush=True)
+    story = Story(tty=tty, out=out, started=time.monotonic())
+    _watch_rates(pipeline, story, args.sample_rate)
     app_task = asyncio.create_task(app.run(stop))
-    events: list[str] = []
     alarmed: dict[str, bool] = {}
-    drifts: list[tuple[str, float]] = []  # (service, seconds since start) of each alarm
     degraded_noted = False
+    last_diagnostics = float("-inf")
     try:
         while not app_task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(app_task), 1.0)
             except asyncio.TimeoutError:
                 pass
-            snap = _snapshot(app, pipeline, tally, started, args.duration, events)
+            show = story.now() - last_diagnostics >= DIAGNOSTICS_EVERY_S
+            if show:
+                last_diagnostics = story.now()
+            snap = _snapshot(app, pipeline, tally, story, duration, show or tty)
             if snap.degraded_at is not None and not degraded_noted:
                 degraded_noted = True
-                events.append(f"[{snap.degraded_at:5.1f}s] {snap.degrade_service}: retriever degraded "
-                              "(relevant documents pushed down or replaced)")
-                if not tty:
-                    print(events[-1], file=out, flush=True)
-            for row in snap.rows:
-                if row.drift != alarmed.get(row.service, False):
-                    alarmed[row.service] = row.drift
-                    what = "DRIFT detected" if row.drift else "drift cleared"
-                    if row.drift:
-                        drifts.append((row.service, snap.elapsed))
-                    events.append(f"[{snap.elapsed:5.1f}s] {what} for {row.service}: recent precision "
-                                  f"{row.recent:.2f} vs baseline {row.baseline:.2f}")
-                    if not tty:
-                        print(events[-1], file=out, flush=True)
+                story.add(f"{snap.degrade_service}: retriever degraded (relevant documents pushed down or "
+                          "replaced)", snap.degraded_at)
+            _follow_drift(snap, story, alarmed)
             print(render(snap, tty=tty), file=out, flush=True)
     finally:
         stop.set()
@@ -187,14 +309,15 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
         app.shutdown()
         # Let the last traces reach their quiet period and be scored before stopping.
         await asyncio.sleep(0.5)
+        diagnostics = _diagnostics(pipeline)
         serve_stop.set()
         await asyncio.gather(serve_task, return_exceptions=True)
-    print(_summary(app, tally, drifts), file=out, flush=True)
+    print(_summary(app, tally, story, diagnostics, args.sample_rate), file=out, flush=True)
     return 0
 
 
-def _summary(app: SyntheticRagApp, tally: Tally, drifts: list[tuple[str, float]]) -> str:
-    lines = ["", "summary (precision as scored by the sidecar's local judge):"]
+def _summary(app: SyntheticRagApp, tally: Tally, story: Story, diagnostics: list[str], base_rate: float) -> str:
+    lines = ["", f"summary after {story.now():.0f}s (precision as scored by the sidecar's local judge):"]
     for service in app.config.services:
         before, after = tally.phase_mean(service, False), tally.phase_mean(service, True)
         t = tally.services.get(service)
@@ -203,5 +326,13 @@ def _summary(app: SyntheticRagApp, tally: Tally, drifts: list[tuple[str, float]]
         if after is not None:
             text += f", degraded retriever {after:.2f}"
         lines.append(text)
-    lines.append("  drift alarms: " + ("; ".join(f"{service} at {at:.1f}s" for service, at in drifts) or "none"))
+    rates = [f"{service} raised to {rate_text(peak)} at {at:.1f}s" for service, (peak, at) in story.raised.items()]
+    steady = [s for s in app.config.services if s not in story.raised]
+    if steady:
+        rates.append(f"{', '.join(steady)} stayed at {rate_text(base_rate)}")
+    lines.append("  sample rate: " + "; ".join(rates))
+    lines.append("  drift alarms: " + ("; ".join(f"{service} at {at:.1f}s" for service, at in story.drifts) or "none"))
+    for service, at, baseline in story.adapted:
+        lines.append(f"  {service}: baseline adapted to {baseline:.2f} at {at:.1f}s (a new normal, not a recovery)")
+    lines += [f"  {line}" for line in diagnostics]
     return "\n".join(lines)

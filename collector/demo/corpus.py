@@ -2,9 +2,15 @@
 
 Each question's relevant documents repeat the distinctive words of its answer, so a lexical judge
 (the local judge) finds them relevant; documents of other topics serve as off-topic results and are
-chosen so that they share no content word with the answer (`off_topic_pool` enforces it)."""
+chosen so that they share no content word with the answer and the local judge finds them
+irrelevant (`off_topic_pool` enforces it).
+
+Each service also has a few planted noisy documents (`NOISY_DOCUMENTS`): boilerplate (a cookie
+notice, a changelog) that its retriever keeps returning and that is never relevant, which is what
+the sidecar's noisy-document diagnostics are there to find."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -190,6 +196,24 @@ ALL_DOCUMENTS: tuple[Document, ...] = tuple(d for q in QUESTIONS for d in q.rele
 SERVICES: tuple[str, ...] = tuple(_RAW)
 
 
+# Boilerplate that shares no content word (nor, for the local judge, a synonym) with any question or
+# answer of its service (a test holds it so), and so is judged irrelevant every time it is retrieved.
+NOISY_DOCUMENTS: dict[str, tuple[Document, ...]] = {
+    "support-bot": (
+        Document("support-bot/noise/cookie-notice", "noise",
+                 "Cookie notice: this site uses cookies for analytics and remembers your language."),
+        Document("support-bot/noise/newsletter", "noise",
+                 "Our newsletter brings product news and webinar invitations every Friday."),
+    ),
+    "docs-search": (
+        Document("docs-search/noise/changelog", "noise",
+                 "Changelog 4.2: dark mode, a redesigned sidebar and keyboard shortcuts."),
+        Document("docs-search/noise/status-page", "noise",
+                 "Status: all systems operational; maintenance window Sunday night."),
+    ),
+}
+
+
 def questions_for(service: str) -> tuple[Question, ...]:
     found = tuple(q for q in QUESTIONS if q.service == service)
     if not found:
@@ -197,8 +221,16 @@ def questions_for(service: str) -> tuple[Question, ...]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def off_topic_pool(question: Question) -> tuple[Document, ...]:
-    """Documents of other topics that share no content word with the question's query or answer."""
+    """Documents of other topics that share no content word with the question's query or answer,
+    and that the local judge (the demo's) finds irrelevant: it also matches synonyms and stems
+    ("deliveries" for "shipping", "retried" for "retry"), which a shared word does not catch."""
+    from ctxprec.scorer.judge.local import LocalJudge
+
+    judge = LocalJudge()
     reference = f"{question.query} {question.answer}"
     return tuple(d for d in ALL_DOCUMENTS
-                 if d.topic != question.topic and not shares_content(d.content, reference))
+                 if d.topic != question.topic and not shares_content(d.content, reference)
+                 and not judge.judge_sync(question.query, [d.content], reference_kind="output",
+                                          reference=question.answer).verdicts[0].relevant)

@@ -10,6 +10,11 @@ Part-way through (after `degrade_after` seconds or `degrade_after_requests` requ
 retriever of `degrade_service` degrades: relevant documents slide down the ranking or are replaced
 by off-topic ones, so context precision falls from about 0.9 to about 0.4.
 
+Two things for the diagnostics to find: a third of the off-topic slots hold one of the service's
+planted noisy documents (corpus.NOISY_DOCUMENTS, boilerplate that is never relevant), and
+docs-search's retriever returns 6 contexts although the relevant ones are almost always in its
+first 3 (the recommended top-k is 3).
+
     app = SyntheticRagApp(AppConfig(endpoint="http://127.0.0.1:4318", rate=20, duration=10,
                                     degrade_after=5))
     stats = await app.run()        # or app.emit() for one trace; app.shutdown() when done
@@ -34,11 +39,24 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from ctxprec.collector.demo.corpus import SERVICES, Document, Question, off_topic_pool, questions_for
+from ctxprec.collector.demo.corpus import (
+    NOISY_DOCUMENTS,
+    SERVICES,
+    Document,
+    Question,
+    off_topic_pool,
+    questions_for,
+)
 
 # Retriever name per service: the `retriever` label of the precision metrics.
 RETRIEVERS: dict[str, str] = {"support-bot": "kb-vector", "docs-search": "docs-bm25"}
-TOP_K = 4
+# Contexts each retriever returns. docs-search's returns 6, but ranks 5-6 hold a relevant document
+# only LOW_RANK_RELEVANT of the time (and rank 4 never): cutting it to 3 would lose little.
+TOP_K: dict[str, int] = {"support-bot": 4, "docs-search": 6}
+DEFAULT_TOP_K = 4
+LOW_RANK_RELEVANT = 0.03
+# Share of off-topic slots filled with one of the service's planted noisy documents.
+NOISE_SHARE = 0.35
 
 # Rank patterns (R = relevant document, N = off-topic) with their weights. Healthy MAP averages
 # ~0.92 (1.0, 0.83, 0.58); degraded ~0.43 (0.5, 0.42, 0.25, 1.0, 0.0).
@@ -87,6 +105,7 @@ class EmittedTrace:
     contexts: tuple[str, ...]
     relevant: tuple[bool, ...]
     degraded: bool
+    document_ids: tuple[str, ...] = ()  # the contexts' `document.id`, in rank order
 
     @property
     def expected_precision(self) -> float:
@@ -208,11 +227,12 @@ class SyntheticRagApp:
         self._requests += 1
         degraded = self.degraded and service == self.config.degrade_service
         question = self._rng.choice(questions_for(service))
-        docs, relevant = self._retrieve(question, degraded)
+        docs, relevant = self._retrieve(question, degraded, service)
         trace_id = self._send(service, question, docs)
         sent = EmittedTrace(trace_id=trace_id, service=service, retriever=RETRIEVERS.get(service, "default"),
                             query=question.query, answer=question.answer,
-                            contexts=tuple(d.content for d in docs), relevant=relevant, degraded=degraded)
+                            contexts=tuple(d.content for d in docs), relevant=relevant, degraded=degraded,
+                            document_ids=tuple(d.id for d in docs))
         self.stats.sent[service] = self.stats.sent.get(service, 0) + 1
         self.stats.degraded_sent += degraded
         self.stats.expected.setdefault((service, degraded), []).append(sent.expected_precision)
@@ -220,14 +240,30 @@ class SyntheticRagApp:
             self._on_emit(sent)
         return sent
 
-    def _retrieve(self, question: Question, degraded: bool) -> tuple[list[Document], tuple[bool, ...]]:
+    def _retrieve(self, question: Question, degraded: bool,
+                  service: str) -> tuple[list[Document], tuple[bool, ...]]:
+        rng = self._rng
         patterns = DEGRADED_PATTERNS if degraded else HEALTHY_PATTERNS
-        pattern = self._rng.choices([p for p, _ in patterns], weights=[w for _, w in patterns])[0]
+        k = TOP_K.get(service, DEFAULT_TOP_K)
+        slots = list(rng.choices([p for p, _ in patterns], weights=[w for _, w in patterns])[0].ljust(k, "N")[:k])
+        if k > 4 and "R" in slots[:4] and rng.random() < LOW_RANK_RELEVANT:
+            # Now and then a relevant document ranked below 4: why the recommended k keeps 95%, not all.
+            high, low = 3 - slots[3::-1].index("R"), rng.randrange(4, k)
+            slots[high], slots[low] = slots[low], slots[high]
         relevant_docs = list(question.relevant)
-        self._rng.shuffle(relevant_docs)
-        off_topic = self._rng.sample(off_topic_pool(question), pattern.count("N"))
-        docs = [relevant_docs.pop() if slot == "R" else off_topic.pop() for slot in pattern[:TOP_K]]
-        return docs, tuple(slot == "R" for slot in pattern[:TOP_K])
+        rng.shuffle(relevant_docs)
+        off_topic = rng.sample(off_topic_pool(question), slots.count("N"))
+        noisy = list(NOISY_DOCUMENTS.get(service, ()))
+        docs = []
+        for slot in slots:
+            if slot == "R":
+                docs.append(relevant_docs.pop())
+            elif noisy and rng.random() < NOISE_SHARE:
+                docs.append(noisy.pop(rng.randrange(len(noisy))))  # each at most once per retrieval
+                off_topic.pop()
+            else:
+                docs.append(off_topic.pop())
+        return docs, tuple(slot == "R" for slot in slots)
 
     def _send(self, service: str, question: Question, docs: list[Document]) -> str:
         tracer = self._tracers[service]
@@ -256,7 +292,7 @@ class SyntheticRagApp:
         retrieve_start = cursor
         retrieval_attrs: dict[str, object] = {
             "openinference.span.kind": "RETRIEVER", "input.value": question.query, "retriever": retriever,
-            "retrieval.top_k": TOP_K}
+            "retrieval.top_k": len(docs)}
         for i, doc in enumerate(docs):
             prefix = f"retrieval.documents.{i}.document"
             retrieval_attrs[f"{prefix}.content"] = doc.content

@@ -64,6 +64,35 @@ class ServiceRow:
     recent: float | None  # drift detector's recent mean
     baseline: float | None  # drift detector's baseline (None while warming up)
     drift: bool
+    rate: float | None = None  # sample rate in force (raised while a drift is suspected)
+    base_rate: float | None = None  # the configured rate
+    adapted: bool = False  # the detector's baseline moved to a new level after a drift
+
+
+def rate_text(rate: float | None) -> str:
+    if rate is None:
+        return "--"
+    return f"{rate:.0%}" if rate >= 0.01 else f"{rate:.1%}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClearedDrift:
+    """What a drift alarm clearing means: a recovery, or the baseline following a lasting change."""
+
+    adapted: bool
+    text: str
+
+
+def describe_clear(service: str, before: float, now: float, baseline: float) -> ClearedDrift:
+    """The detector's alarm cleared for `service`. `before` is its baseline when the alarm rose,
+    `now` the recent mean and `baseline` the baseline now. The alarm also clears when the slowly
+    moving baseline has caught up with a lasting new level: precision then has not come back, and
+    saying "cleared" would read as a recovery."""
+    if abs(now - before) > abs(now - baseline) and abs(now - before) >= 0.05:
+        return ClearedDrift(True, f"{service}: baseline adapted to {baseline:.2f} (precision still {now:.2f}, "
+                                  f"was {before:.2f} before the drift): a new normal, not a recovery")
+    return ClearedDrift(False, f"drift cleared for {service}: precision back to {now:.2f} "
+                               f"(baseline {baseline:.2f})")
 
 
 @dataclass(slots=True)
@@ -77,6 +106,8 @@ class Snapshot:
     rows: list[ServiceRow]
     decisions: dict[str, int]
     events: list[str]
+    diagnostics: list[str] = field(default_factory=list)  # noisy documents, recommended top-k
+    show_diagnostics: bool = True  # the plain view prints them now and then, not every second
 
 
 def _f(value: float | None) -> str:
@@ -84,7 +115,7 @@ def _f(value: float | None) -> str:
 
 
 def render(snap: Snapshot, *, tty: bool) -> str:
-    total = f"/{snap.duration:.0f}s" if snap.duration else "s (Ctrl-C to stop)"
+    total = f"/{snap.duration:.0f}s (Ctrl-C ends it early)" if snap.duration else "s (Ctrl-C to stop)"
     if snap.degraded_at is not None:
         phase = f"{snap.degrade_service}'s retriever DEGRADED at {snap.degraded_at:.1f}s"
     elif snap.degrade_after is not None:
@@ -96,10 +127,13 @@ def render(snap: Snapshot, *, tty: bool) -> str:
         lines = [f"[{snap.elapsed:5.1f}s] {phase}; decisions: {decisions}"]
         for r in snap.rows:
             lines.append(f"[{snap.elapsed:5.1f}s]   {r.service:<12} sent {r.sent:>5} scored {r.scored:>5} "
-                         f"precision({WINDOW_S:.0f}s) {_f(r.window)} recent {_f(r.recent)} "
-                         f"baseline {_f(r.baseline)} drift {'DRIFT' if r.drift else 'no'}")
+                         f"rate {rate_text(r.rate):>4} precision({WINDOW_S:.0f}s) {_f(r.window)} "
+                         f"recent {_f(r.recent)} baseline {_f(r.baseline)} drift {_state(r, color=False)}")
+        if snap.show_diagnostics:
+            lines += [f"[{snap.elapsed:5.1f}s]   {line}" for line in snap.diagnostics]
         return "\n".join(lines)
-    header = f"{'service':<14}{'sent':>7}{'scored':>8}{'failed':>8}{'prec ' + str(int(WINDOW_S)) + 's':>9}{'recent':>8}{'baseline':>10}  drift"
+    header = (f"{'service':<14}{'sent':>7}{'scored':>8}{'failed':>8}{'rate':>6}{'prec ' + str(int(WINDOW_S)) + 's':>9}"
+              f"{'recent':>8}{'baseline':>10}  drift")
     lines = [
         f"ctxprec demo  {snap.elapsed:5.1f}{total}   judge: local   metrics: {snap.metrics_url}/metrics",
         phase,
@@ -108,9 +142,20 @@ def render(snap: Snapshot, *, tty: bool) -> str:
         "-" * len(header),
     ]
     for r in snap.rows:
-        state = "\x1b[1;31mDRIFT\x1b[0m" if r.drift else "\x1b[32mstable\x1b[0m"
-        lines.append(f"{r.service:<14}{r.sent:>7}{r.scored:>8}{r.failed:>8}{_f(r.window):>9}{_f(r.recent):>8}"
-                     f"{_f(r.baseline):>10}  {state}")
+        rate = rate_text(r.rate)
+        if r.rate is not None and r.base_rate is not None and r.rate > r.base_rate:
+            rate = f"\x1b[1;33m{rate:>6}\x1b[0m"  # raised: drift suspected
+        lines.append(f"{r.service:<14}{r.sent:>7}{r.scored:>8}{r.failed:>8}{rate:>6}{_f(r.window):>9}"
+                     f"{_f(r.recent):>8}{_f(r.baseline):>10}  {_state(r, color=True)}")
     lines += ["", f"decisions: {decisions}", ""]
+    lines += snap.diagnostics + ([""] if snap.diagnostics else [])
     lines += snap.events[-8:]
     return "\x1b[H\x1b[J" + "\n".join(lines)
+
+
+def _state(row: ServiceRow, *, color: bool) -> str:
+    if row.drift:
+        return "\x1b[1;31mDRIFT\x1b[0m" if color else "DRIFT"
+    if row.adapted:  # not "stable": precision did not come back, the baseline moved to it
+        return "\x1b[33madapted\x1b[0m" if color else "adapted"
+    return "\x1b[32mstable\x1b[0m" if color else "no"

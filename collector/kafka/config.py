@@ -74,6 +74,12 @@ class KafkaConfig(BaseModel):
                                   flag="--kafka-group")
     results_topic: OptionalText = setting(None, "topic to write score records to (off: none)",
                                           flag="--kafka-results-topic")
+    diagnostics_topic: OptionalText = setting(None, "topic to write the noisy-document summaries to, one message per "
+                                                    "service and retriever, periodically (off: none; never the "
+                                                    "results topic)", flag="--kafka-diagnostics-topic")
+    diagnostics_interval_s: Positive = setting(60.0, "how often the noisy-document summaries are written to "
+                                                     "kafka.diagnostics_topic, seconds",
+                                               flag="--kafka-diagnostics-interval-s")
     dlq_topic: str | None = setting(None, "dead-letter topic for messages that cannot be decoded (default: "
                                           "<topic>.dlq; empty: count and skip them)", flag="--kafka-dlq-topic")
     max_undone_per_partition: Count = setting(200, "back-pressure: a partition pauses past this many messages not "
@@ -140,6 +146,8 @@ class KafkaConfig(BaseModel):
         if not self.enabled:
             if self.topic:
                 raise ValueError("[bootstrap] required with kafka.topic")
+            if self.diagnostics_topic:
+                raise ValueError("[bootstrap] required with kafka.diagnostics_topic")
             return self
         for host in self.bootstrap_servers or [""]:
             name, _, port = host.rpartition(":")
@@ -153,6 +161,10 @@ class KafkaConfig(BaseModel):
             raise ValueError("[dlq_topic] must differ from kafka.topic")
         if self.results_topic == self.topic:
             raise ValueError("[results_topic] must differ from kafka.topic")
+        if self.diagnostics_topic and self.diagnostics_topic in (self.topic, self.results_topic,
+                                                                 self.dead_letter_topic):
+            raise ValueError("[diagnostics_topic] must be a topic of its own (not kafka.topic, the results or the "
+                             "dead-letter topic)")
         if self.max_message_bytes < 1024:
             raise ValueError("[max_message_bytes] must be at least 1024")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:

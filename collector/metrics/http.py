@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -30,6 +30,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBES = ("/healthz", "/readyz")
 DIAGNOSTICS = "/diagnostics"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ctxprec"'}
+
+
+class JsonAnswer(Protocol):
+    """What a JSON route's handler returns (collector/diagnostics/views.py `JsonResponse`)."""
+
+    status: int
+    body: Any
+
+
+# Called with the request's query parameters; runs on the event loop, so it must not block.
+JsonHandler = Callable[[Mapping[str, str]], JsonAnswer]
 
 
 @dataclass(slots=True)
@@ -79,10 +90,15 @@ class MetricsServer:
         self.security = security or ListenerSecurity(name="metrics")
         self.metrics_open = metrics_open
         self.checks: list[NamedCheck] = []
+        self.json_routes: dict[str, JsonHandler] = {}
         self._runner: web.AppRunner | None = None
 
     def add_check(self, name: str, check: ReadyCheck) -> None:
         self.checks.append(NamedCheck(name, check))
+
+    def add_json_route(self, path: str, handler: JsonHandler) -> None:
+        """GET `path` answers `handler(query parameters)` as JSON (the diagnostics). Before `start`."""
+        self.json_routes[path] = handler
 
     @property
     def url(self) -> str:
@@ -112,6 +128,8 @@ class MetricsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        for path, handler in self.json_routes.items():
+            app.router.add_get(path, _json_route(handler))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.security.server_ssl_context())
@@ -150,6 +168,14 @@ class MetricsServer:
         if failing:
             return web.Response(status=503, text="not ready: " + ", ".join(failing) + "\n")
         return web.Response(text="ready\n")
+
+
+def _json_route(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def answer(request: web.Request) -> web.Response:
+        reply = handler(request.query)
+        return web.json_response(reply.body, status=reply.status)
+
+    return answer
 
 
 def _unauthorized() -> web.Response:

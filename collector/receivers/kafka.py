@@ -65,7 +65,7 @@ from ctxprec.collector.receivers.kafka_messages import (
     parse_event,
     retrieval_from_event,
 )
-from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.collector.sampling.sampler import TraceSampler
 from ctxprec.scorer.retry import Backoff
 from tenacity import RetryCallState
 
@@ -105,7 +105,7 @@ class _Partition:
 class KafkaReceiver:
     def __init__(self, settings: KafkaConfig, *, sink: RetrievalSink, metrics: Metrics,
                  ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None,
-                 sampler: Sampler | None = None) -> None:
+                 sampler: TraceSampler | None = None) -> None:
         if settings.format != "rag_event" and ingest is None:
             raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
         if settings.max_undone_total is None:  # used on its own: the pipeline derives it from --queue-size

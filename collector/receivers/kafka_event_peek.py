@@ -15,6 +15,10 @@ validated, dead-lettered when bad, decided by the gate), whenever it cannot be s
   spell the key;
 - the service's head rate is 0 (the gate decides and names `filtered`) or the trace is kept.
 
+Thresholds are cached per service, and dropped whenever the sampler's `generation` changes (an
+adaptive boost starting or ending): a message dropped at a stale lower rate while the gate records
+the raised one for the messages it keeps would bias the weights 1 / rate (docs/STATISTICS.md).
+
 The trade-off: an unsampled message is not validated beyond that. Invalid JSON inside the braces,
 bad UTF-8, a missing `query`/`contexts` in a message the sampling drops is counted `not_sampled`
 and its offset committed, not dead-lettered (the full path only ever validated the `query` and
@@ -30,7 +34,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ctxprec.collector.sampling.sampler import Sampler, rate_threshold
+from ctxprec.collector.sampling.sampler import TraceSampler, rate_threshold
 
 _MAX_CACHED_SERVICES = 10_000
 _TRACE_KEY = b'"trace_id"'
@@ -48,8 +52,9 @@ _FIRST_KEYS = re.compile(
 
 
 class EventPeek:
-    def __init__(self, sampler: Sampler) -> None:
+    def __init__(self, sampler: TraceSampler) -> None:
         self.sampler = sampler
+        self._generation = sampler.generation  # the sampler's rates the caches below were filled at
         # The raw bytes of a service name -> (the name, the low-64-bit threshold below which a
         # trace is kept, or None when such messages always take the full path).
         self._services: dict[bytes, tuple[str, int | None]] = {}
@@ -60,6 +65,10 @@ class EventPeek:
     def unsampled_services(self, values: Sequence[bytes | None]) -> list[str | None]:
         """`unsampled_service` of each value: the `_FIRST_KEYS` layout is read in one tight loop
         (the regex runs over the whole batch from C), anything else goes the general way."""
+        if self.sampler.generation != self._generation:
+            # Checked once a batch: the batch is read without an await, and rates only change
+            # when a score reaches the drift monitor, which runs on the same event loop.
+            self._forget()
         out: list[str | None] = []
         append = out.append
         known = self._services_hex.get
@@ -110,6 +119,11 @@ class EventPeek:
         if threshold is None or low < threshold:
             return None
         return service
+
+    def _forget(self) -> None:
+        self._services.clear()
+        self._services_hex.clear()
+        self._generation = self.sampler.generation
 
     def _learn(self, raw: bytes) -> tuple[str, int | None] | None:
         try:

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
+from ctxprec.collector.sampling.config import SamplingConfig
 from ctxprec.collector.sampling.sampler import SampleDecision, Sampler, below_rate, trace_hash
 
 Clock = Callable[[], float]
@@ -78,6 +79,13 @@ class AdaptiveSettings:
             raise ValueError(f"max_rate: must be in (0, 1], got {self.max_rate!r}")
         if self.confirm_scores < 1 or self.max_boost_s <= 0 or self.remembered_traces < 0:
             raise ValueError("confirm_scores, max_boost_s must be positive and remembered_traces >= 0")
+
+    @classmethod
+    def of(cls, config: SamplingConfig) -> "AdaptiveSettings":
+        """From the `sampling` section of the sidecar's settings."""
+        return cls(enabled=config.adaptive, warning=config.adaptive_warning, factor=config.adaptive_factor,
+                   max_rate=config.adaptive_max_rate, confirm_scores=config.adaptive_confirm_scores,
+                   max_boost_s=config.adaptive_max_boost_s)
 
 
 class Phase(str, enum.Enum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Mapping
 
-from ctxprec.collector.config_types import OptionalPositive, Positive, Rate, setting
+from ctxprec.collector.config_types import Count, OptionalPositive, Positive, Rate, Switch, setting
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -60,3 +60,39 @@ class SamplingConfig(BaseModel):
                                                  flag="--daily-budget-usd")
     duplicate_window_s: Positive = setting(600.0, "a retrieval seen again within this many seconds is decided "
                                                   "`duplicate`")
+    # Adaptive sampling (sampling/adaptive.py, docs/STATISTICS.md). The defaults are the same as
+    # `AdaptiveSettings`' (a test holds them equal; adaptive.py imports this module, not the reverse).
+    adaptive: Switch = setting(False, "adaptive sampling: a service's rate rises while its drift statistic is "
+                                      "past the warning level, until the drift is confirmed or gone (on|off)",
+                               flag="--adaptive-sampling")
+    adaptive_warning: Rate = setting(0.2, "adaptive sampling: the drift statistic, as a fraction of the alarm "
+                                          "threshold, that starts a boost (between 0 and 1)")
+    adaptive_factor: Positive = setting(20.0, "adaptive sampling: a boosted service's rates are multiplied by this",
+                                        flag="--adaptive-factor")
+    adaptive_max_rate: Rate = setting(1.0, "adaptive sampling: a boost never takes a rate above this",
+                                      flag="--adaptive-max-rate")
+    adaptive_confirm_scores: Count = setting(16, "adaptive sampling: scores the alarm must hold before the rate "
+                                                 "returns to base (the drift is confirmed)")
+    adaptive_max_boost_s: Positive = setting(300.0, "adaptive sampling: a boost that neither alarms nor falls back "
+                                                    "ends after this many seconds")
+
+    @field_validator("adaptive_warning")
+    @classmethod
+    def _inside(cls, value: float) -> float:
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"must be between 0 and 1 (a fraction of the alarm threshold), got {value!r}")
+        return value
+
+    @field_validator("adaptive_factor")
+    @classmethod
+    def _at_least_one(cls, value: float) -> float:
+        if value < 1.0:
+            raise ValueError(f"must be >= 1, got {value!r}")
+        return value
+
+    @field_validator("adaptive_max_rate")
+    @classmethod
+    def _above_zero(cls, value: float) -> float:
+        if value <= 0.0:
+            raise ValueError(f"must be > 0, got {value!r}")
+        return value

@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 
 from ctxprec.collector.model import Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.config import SamplingConfig
-from ctxprec.collector.sampling.sampler import Sampler
+from ctxprec.collector.sampling.sampler import TraceSampler
 from ctxprec.scorer.judge.limits import TokenBucket
 
 THROTTLE_BURST_S = 10.0  # the score throttle lets ten seconds' worth through at once
@@ -154,7 +154,7 @@ class RetrievalGate:
     def __init__(
         self,
         *,
-        sampler: Sampler,
+        sampler: TraceSampler,
         queue: ScoringQueue,
         decisions: Decisions,
         throttle: TokenBucket | None = None,

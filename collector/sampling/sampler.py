@@ -17,7 +17,7 @@ Two moments decide:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from ctxprec.collector.sampling.config import SamplingRule
 
@@ -62,7 +62,25 @@ def below_rate(trace_id: str | bytes, rate: float) -> bool:
     return trace_hash(trace_id) < rate_threshold(rate)
 
 
+class TraceSampler(Protocol):
+    """A sampler as its users see it (the gate, trace assembly, the Kafka receiver and its byte
+    peek): `Sampler`, or `adaptive.AdaptiveSampler` wrapping one. `generation` changes whenever a
+    head rate changes, so that whoever caches thresholds knows when to drop them."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def head_rate(self, service: str) -> float: ...
+
+    def keep_trace(self, trace_id: bytes, service: str) -> bool: ...
+
+    def decide(self, trace_id: str | bytes, service: str, attributes: Mapping[str, Any]) -> SampleDecision: ...
+
+
 class Sampler:
+    # The rates are fixed at construction: a threshold cached once stays right.
+    generation = 0
+
     def __init__(self, default_rate: float = 1.0, rules: list[SamplingRule] | None = None) -> None:
         if not 0.0 <= default_rate <= 1.0:
             raise ValueError(f"default_rate: must be between 0 and 1, got {default_rate!r}")

@@ -16,6 +16,7 @@ from ctxprec.collector.serve import serve
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,7 +29,9 @@ class Emitted:
 
 
 class RagApp:
-    def __init__(self, *, protocol: str, port: int, service: str = "support-bot") -> None:
+    def __init__(self, *, protocol: str, port: int, service: str = "support-bot",
+                 id_generator: IdGenerator | None = None) -> None:
+        """`id_generator` picks the trace ids (the sidecar samples by them)."""
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
                 OTLPSpanExporter,
@@ -41,7 +44,7 @@ class RagApp:
             )
 
             exporter = HttpExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces")
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        self.provider = TracerProvider(resource=Resource.create({"service.name": service}), id_generator=id_generator)
         # Batch: the SDK exporters block, and the sidecar under test shares this event loop.
         self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
         self.tracer: Tracer = self.provider.get_tracer("rag-app")
@@ -52,14 +55,16 @@ class RagApp:
     async def close(self) -> None:
         await asyncio.to_thread(self.provider.shutdown)
 
-    def openinference(self, query: str, docs: list[str], answer: str, retriever: str = "kb-v2") -> Emitted:
+    def openinference(self, query: str, docs: list[str], answer: str, retriever: str = "kb-v2",
+                      ids: list[str] | None = None, attributes: dict[str, Any] | None = None) -> Emitted:
+        """`ids`: the documents' ids (default doc-<rank>); `attributes`: more on the retrieval span."""
         with self.tracer.start_as_current_span("rag-request", attributes={"input.value": query}) as root:
-            with self.tracer.start_as_current_span(retriever) as span:
+            with self.tracer.start_as_current_span(retriever, attributes=attributes) as span:
                 span.set_attribute("openinference.span.kind", "RETRIEVER")
                 span.set_attribute("input.value", query)
                 for i, doc in enumerate(docs):
                     span.set_attribute(f"retrieval.documents.{i}.document.content", doc)
-                    span.set_attribute(f"retrieval.documents.{i}.document.id", f"doc-{i}")
+                    span.set_attribute(f"retrieval.documents.{i}.document.id", ids[i] if ids else f"doc-{i}")
                     span.set_attribute(f"retrieval.documents.{i}.document.score", 1.0 - i / 10)
                 retrieval = span.get_span_context()
             with self.tracer.start_as_current_span("llm") as llm:

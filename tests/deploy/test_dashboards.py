@@ -87,6 +87,8 @@ def test_dashboards_cover_the_spec_panels() -> None:
     assert "mean7d" in overview and "ctxprec_context_precision_bucket" in overview
     assert "ctxprec_precision_drift" in overview and "ALERTS" in overview
     assert "ctxprec_rank_judged_total" in retrieval and "precision_at_k" in retrieval and "hit" in retrieval
+    assert "ctxprec_recommended_k{" in retrieval and "ctxprec_recommended_k_saved_tokens" in retrieval
+    assert "ctxprec_sample_rate" in health
     for metric in ("ctxprec_samples_total", "ctxprec_judge_latency_seconds_bucket", "ctxprec_judge_tokens_total",
                    "ctxprec_judge_cost_usd_total", "ctxprec_queue_depth", "ctxprec_traces_buffered",
                    "ctxprec_kafka_consumer_lag"):

@@ -5,16 +5,20 @@ to ~0.4."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 from ctxprec.collector.demo.corpus import (
+    NOISY_DOCUMENTS,
     QUESTIONS,
     SERVICES,
     content_words,
     off_topic_pool,
+    questions_for,
+    shares_content,
 )
 from ctxprec.collector.demo.synthetic_app import (
+    TOP_K,
     AppConfig,
     SyntheticRagApp,
     average_precision,
@@ -61,9 +65,11 @@ async def test_traces_arrive_over_otlp_with_openinference_attributes(sink: OtlpS
         assert retriever.parent_span_id == llm.parent_span_id == root[0].span_id
         assert llm.start_ns >= retriever.end_ns
         assert root[0].end_ns >= max(s.end_ns for s in spans)
-        docs = [retriever.attributes[f"retrieval.documents.{i}.document.content"] for i in range(4)]
+        k = TOP_K[retriever.service]
+        docs = [retriever.attributes[f"retrieval.documents.{i}.document.content"] for i in range(k)]
         assert all(isinstance(d, str) and d for d in docs)
-        assert "retrieval.documents.4.document.content" not in retriever.attributes
+        assert f"retrieval.documents.{k}.document.content" not in retriever.attributes
+        assert retriever.attributes["retrieval.top_k"] == k
         assert isinstance(retriever.attributes["retrieval.documents.0.document.score"], float)
         assert retriever.attributes["retrieval.documents.0.document.id"]
         question = next(q for q in QUESTIONS if q.query == retriever.attributes["input.value"])
@@ -161,3 +167,43 @@ def test_command_line_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> N
         synthetic_app.main(["--rate", "-1"])
     assert exc.value.code == 2
     assert "rate must be > 0" in capsys.readouterr().err
+
+
+def test_planted_noisy_documents_share_nothing_with_their_services_questions() -> None:
+    judge = LocalJudge()
+    for service in SERVICES:
+        assert len(NOISY_DOCUMENTS[service]) >= 2
+        for doc in NOISY_DOCUMENTS[service]:
+            for question in questions_for(service):
+                assert not shares_content(doc.content, f"{question.query} {question.answer}"), (doc.id, question.query)
+                outcome = judge.judge_sync(question.query, [doc.content], reference_kind="output",
+                                           reference=question.answer)
+                assert not outcome.verdicts[0].relevant, (doc.id, question.query, outcome.verdicts[0].reason)
+
+
+def test_noisy_documents_are_the_most_often_irrelevant_and_docs_search_needs_only_3_contexts() -> None:
+    """What the diagnostics should find in the demo: the planted documents top the irrelevant
+    counts of their service, and docs-search's 6 contexts hold 95% of the relevant ones in 3."""
+    judge = LocalJudge()
+    app = _offline_app(seed=4)
+    irrelevant: dict[str, Counter[str]] = defaultdict(Counter)
+    relevant_at: dict[str, Counter[int]] = defaultdict(Counter)
+    try:
+        for _ in range(2000):
+            t = app.emit()
+            outcome = judge.judge_sync(t.query, list(t.contexts), reference_kind="output", reference=t.answer)
+            assert [v.relevant for v in sorted(outcome.verdicts, key=lambda v: v.index)] == list(t.relevant)
+            for rank, (doc_id, rel) in enumerate(zip(t.document_ids, t.relevant), start=1):
+                if rel:
+                    relevant_at[t.service][rank] += 1
+                else:
+                    irrelevant[t.service][doc_id] += 1
+    finally:
+        app.shutdown()
+    for service in SERVICES:
+        planted = {d.id for d in NOISY_DOCUMENTS[service]}
+        assert {doc for doc, _ in irrelevant[service].most_common(len(planted))} == planted
+    ranks = relevant_at["docs-search"]
+    total = sum(ranks.values())
+    assert sum(ranks[r] for r in (1, 2, 3)) / total >= 0.95
+    assert 0 < ranks[5] + ranks[6] < 0.05 * total and ranks[4] == 0

@@ -170,3 +170,32 @@ def test_a_batch_is_answered_exactly_as_message_by_message() -> None:
     expected = [one_by_one._general(v) for v in values]
     assert EventPeek(sampler).unsampled_services(values) == expected
     assert 0 < sum(a is not None for a in expected) < len(values)
+
+
+@pytest.mark.parametrize("layout", ["first_keys", "other_order"])
+def test_cached_thresholds_are_dropped_when_an_adaptive_boost_changes_the_rate(layout: str) -> None:
+    """A boost raises the service's head rate: an event between the base and the raised threshold
+    must then take the full way (None), and be dropped again once the rate is back to base."""
+    from dataclasses import dataclass
+
+    from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
+
+    @dataclass
+    class Detector:
+        statistic: float = 0.0
+        alarmed: bool = False
+
+    sampler = AdaptiveSampler(Sampler(RATE), AdaptiveSettings(factor=10.0))
+    peek = EventPeek(sampler)
+    band = "ab" * 8 + "0800000000000000"  # 3.1% of 2**64: above 1%, below the raised 10%
+    event = ({"trace_id": band, "span_id": band[:16], "service": "kb-bot", "query": "q", "contexts": ["a"]}
+             if layout == "first_keys" else {"service": "kb-bot", "query": "q", "trace_id": band, "contexts": ["a"]})
+    assert peek.unsampled_service(_raw(event)) == "kb-bot"  # learned and cached at 1%
+    detector = Detector(statistic=0.5)
+    sampler.observe("kb-bot", detector)
+    assert sampler.head_rate("kb-bot") == pytest.approx(0.1)
+    assert peek.unsampled_service(_raw(event)) is None
+    assert sampler.keep_trace(bytes.fromhex(band), "kb-bot")  # the full way keeps it
+    detector.statistic = 0.0
+    sampler.observe("kb-bot", detector)
+    assert peek.unsampled_service(_raw(event)) == "kb-bot"

@@ -47,6 +47,13 @@ def test_defaults_and_dead_letter_topic() -> None:
     ({"bootstrap": "a:1", "topic": "t", "ssl_certfile": "/no/such/cert.pem"}, "kafka.ssl_certfile"),
     ({"bootstrap": "a:1", "topic": "t", "session_timeout_ms": "1000", "heartbeat_interval_ms": "1000"},
      "kafka.heartbeat_interval_ms"),
+    # The noisy-document summaries go to a topic of their own, never mixed into another.
+    ({"diagnostics_topic": "diag"}, "kafka.bootstrap"),
+    ({"bootstrap": "a:1", "topic": "t", "results_topic": "r", "diagnostics_topic": "r"}, "kafka.diagnostics_topic"),
+    ({"bootstrap": "a:1", "topic": "t", "diagnostics_topic": "t"}, "kafka.diagnostics_topic"),
+    ({"bootstrap": "a:1", "topic": "t", "diagnostics_topic": "t.dlq"}, "kafka.diagnostics_topic"),
+    ({"bootstrap": "a:1", "topic": "t", "diagnostics_topic": "d", "diagnostics_interval_s": "0"},
+     "kafka.diagnostics_interval_s"),
 ])
 def test_bad_settings_name_the_key(values: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=f"^config key {key}"):

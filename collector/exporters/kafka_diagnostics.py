@@ -1,0 +1,129 @@
+"""Kafka diagnostics exporter: every `kafka.diagnostics_interval_s`, the noisy-document summaries
+(docs/DIAGNOSTICS.md), one message per service and retriever, to `--kafka-diagnostics-topic`: a
+topic of their own, never the score records' topic, so that consumers of score records never see
+them. A last round is written at shutdown, so that a short run leaves its summary too.
+
+Each message is the `/diagnostics/documents` entry of one pair plus when it was taken:
+
+    {"kind": "ctxprec.noisy_documents", "at": 1764417600.0, "slots": 1000, "previews": false,
+     "limit": 20, "service": "shop", "retriever": "dense", "irrelevant_verdicts": 3929, ...,
+     "documents": [{"document": "doc-0002", "irrelevant": 692, ...}, ...]}
+
+keyed by `service/retriever` (a compacted topic keeps the latest summary of each pair).
+
+A summary replaces the one before it, so a round that cannot be delivered is not retried: it is
+logged, counted in `ctxprec_export_dropped_total{exporter="kafka_diagnostics"}`, and the next
+round carries the newer numbers.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.scorer.retry import Backoff
+from tenacity import RetryCallState
+
+log = logging.getLogger(__name__)
+
+EXPORTER = "kafka_diagnostics"
+KIND = "ctxprec.noisy_documents"
+CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
+# The body of /diagnostics/documents for every pair: {"slots", "previews", "limit", "summaries": [...]}.
+Summaries = Callable[[], dict[str, Any]]
+
+
+class KafkaDiagnosticsExporter:
+    def __init__(self, settings: KafkaConfig, summaries: Summaries, metrics: Metrics, *,
+                 producer: AIOKafkaProducer | None = None) -> None:
+        if not settings.diagnostics_topic:
+            raise ValueError("kafka_diagnostics_topic: required for the Kafka diagnostics exporter")
+        self.topic = settings.diagnostics_topic
+        self.settings = settings
+        self.interval_s = settings.diagnostics_interval_s
+        self._summaries = summaries
+        self.metrics = metrics
+        self._producer = producer
+        self._own_producer = producer is None
+        self._task: asyncio.Task[None] | None = None
+        self.rounds = 0  # rounds delivered
+        self.sent = 0  # messages delivered
+
+    async def start(self) -> None:
+        """Connects in the background, like the results exporter: a broker that is away delays
+        the summaries, never the sidecar's start."""
+        self._task = asyncio.create_task(self._run(), name="kafka-diagnostics")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """The last round (when connected), then close the producer."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._producer is not None:
+            try:
+                await asyncio.wait_for(self.write_round(), timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("kafka diagnostics: the last summary was not delivered within %.0fs", timeout_s)
+            if self._own_producer:
+                await self._producer.stop()
+                self._producer = None
+
+    async def _run(self) -> None:
+        await self._connect()
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.write_round()
+
+    async def _connect(self) -> None:
+        if self._producer is not None:
+            return
+        s = self.settings
+
+        def warn(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            log.warning("kafka diagnostics: cannot reach %s (%s); retrying", s.bootstrap, error)
+
+        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
+            with attempt:
+                producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-diagnostics",
+                                            acks="all", linger_ms=5, **s.security.client_options())
+                try:
+                    await producer.start()
+                except KafkaError:
+                    await producer.stop()
+                    raise
+                self._producer = producer
+
+    def messages(self) -> list[tuple[bytes, bytes]]:
+        """(key, value) of each pair's summary as of now."""
+        body = self._summaries()
+        head = {"kind": KIND, "at": round(time.time(), 3), "slots": body.get("slots"),
+                "previews": body.get("previews"), "limit": body.get("limit")}
+        out = []
+        for summary in body.get("summaries", []):
+            key = f"{summary.get('service')}/{summary.get('retriever')}".encode()
+            value = json.dumps({**head, **summary}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            out.append((key, value))
+        return out
+
+    async def write_round(self) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        messages = self.messages()
+        try:
+            futures = [await producer.send(self.topic, value, key=key) for key, value in messages]
+            await asyncio.gather(*futures)
+        except KafkaError as exc:
+            self.metrics.export_dropped.labels(exporter=EXPORTER, reason=type(exc).__name__).inc()
+            log.warning("kafka diagnostics: summary not delivered (%s); the next round carries newer numbers", exc)
+            return
+        self.sent += len(messages)
+        self.rounds += 1

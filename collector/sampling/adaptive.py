@@ -53,20 +53,23 @@ class DriftState(Protocol):
     def alarmed(self) -> bool: ...
 
 
+_DEFAULTS = SamplingConfig()  # the defaults are the sidecar's settings', declared in sampling/config.py
+
+
 @dataclass(frozen=True, slots=True)
 class AdaptiveSettings:
-    enabled: bool = True
+    enabled: bool = True  # constructing one is asking for it; the sidecar's switch is `sampling.adaptive`
     # Drift statistic (a fraction of the alarm threshold) that starts a boost. Low, because a
     # false start is cheap: at the boosted rate the statistic settles within a few dozen scores.
-    warning: float = 0.2
-    factor: float = 20.0
-    max_rate: float = 1.0
+    warning: float = _DEFAULTS.adaptive_warning
+    factor: float = _DEFAULTS.adaptive_factor
+    max_rate: float = _DEFAULTS.adaptive_max_rate
     # Scores the alarm must hold, still boosted, before the rate returns to base: one flicker of
     # the alarm is not a confirmed drift.
-    confirm_scores: int = 16
+    confirm_scores: int = _DEFAULTS.adaptive_confirm_scores
     # A boost that neither alarms nor falls back (a slow drift hovering at the warning level)
     # ends here, so the judge budget has a bound.
-    max_boost_s: float = 300.0
+    max_boost_s: float = _DEFAULTS.adaptive_max_boost_s
     # Traces kept by a boosted head decision, remembered until their retrievals are decided.
     remembered_traces: int = 100_000
 

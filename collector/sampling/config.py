@@ -60,8 +60,8 @@ class SamplingConfig(BaseModel):
                                                  flag="--daily-budget-usd")
     duplicate_window_s: Positive = setting(600.0, "a retrieval seen again within this many seconds is decided "
                                                   "`duplicate`")
-    # Adaptive sampling (sampling/adaptive.py, docs/STATISTICS.md). The defaults are the same as
-    # `AdaptiveSettings`' (a test holds them equal; adaptive.py imports this module, not the reverse).
+    # Adaptive sampling (sampling/adaptive.py, docs/STATISTICS.md); `AdaptiveSettings` takes its
+    # defaults from here.
     adaptive: Switch = setting(False, "adaptive sampling: a service's rate rises while its drift statistic is "
                                       "past the warning level, until the drift is confirmed or gone (on|off)",
                                flag="--adaptive-sampling")

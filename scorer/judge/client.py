@@ -29,7 +29,7 @@ from ctxprec.scorer.judge.chat import (
 from ctxprec.scorer.judge.limits import CircuitBreaker, RateLimiter
 
 # Prices come from litellm's bundled cost map, read without importing litellm.
-from ctxprec.scorer.judge.prices import model_prices
+from ctxprec.scorer.judge.prices import PriceSchedule, model_schedule
 from ctxprec.scorer.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,8 @@ class LimitedChatClient:
         self._semaphore = asyncio.Semaphore(config.concurrency)
         self._random = (rng or random.Random()).random
         self._secrets = tuple(s for s in (config.api_key, *getattr(transport, "secrets", ())) if s)
-        self._prices: tuple[float, float] | None = None
-        self._price_lookup: asyncio.Future[tuple[float, float]] | None = None
+        self._prices: PriceSchedule | None = None
+        self._price_lookup: asyncio.Future[PriceSchedule] | None = None
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -134,7 +134,7 @@ class LimitedChatClient:
         if self._prices is None and self._price_lookup is None:
             self._price_lookup = asyncio.ensure_future(self._lookup_prices())
 
-    async def _resolve_prices(self) -> tuple[float, float]:
+    async def _resolve_prices(self) -> PriceSchedule:
         if self._prices is None:
             if self._price_lookup is None:
                 self._price_lookup = asyncio.ensure_future(self._lookup_prices())
@@ -142,9 +142,9 @@ class LimitedChatClient:
             self._prices = await asyncio.shield(self._price_lookup)
         return self._prices
 
-    async def _lookup_prices(self) -> tuple[float, float]:
+    async def _lookup_prices(self) -> PriceSchedule:
         # The first look-up reads a JSON file of a few MB: keep it off the event loop.
-        return await asyncio.to_thread(model_prices, self.model)
+        return await asyncio.to_thread(model_schedule, self.model)
 
     def _emit(self, outcome: str, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0) -> None:
         if self._observer is None:
@@ -232,7 +232,8 @@ class LimitedChatClient:
             completion_tokens = -(-len(reply.text) // 4)
         if self._limiter is not None:
             self._limiter.settle(estimate, prompt_tokens + completion_tokens)
-        prompt_price, completion_price = self._prices or await self._resolve_prices()
+        # Priced at the rate in force now: some providers bill less at night and on weekends.
+        prompt_price, completion_price = (self._prices or await self._resolve_prices()).at()
         cost = prompt_tokens * prompt_price + completion_tokens * completion_price
         self._emit("ok", latency_s, prompt_tokens, completion_tokens, cost)
         return ChatResponse(reply.text, prompt_tokens, completion_tokens, cost, latency_s * 1000.0, attempts)

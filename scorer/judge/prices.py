@@ -13,6 +13,9 @@ package without running it, and the file is read once. Names resolve as litellm'
   `anthropic/claude-...`) is that entry;
 - anything else is unknown, and costs 0 (the stub's model, self-hosted ones).
 
+Entries with an `off_peak_pricing` block (DeepSeek's night and weekend rates) are priced at the
+rate in force when the call is made, as litellm bills them (see off_peak.py).
+
 tests/scorer/test_prices.py compares this with litellm.cost_per_token over every chat model of
 the main providers, with and without the provider prefix."""
 from __future__ import annotations
@@ -23,7 +26,10 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
+
+from ctxprec.scorer.judge.off_peak import OffPeak, parse_off_peak
 
 COST_MAP_FILE = "model_prices_and_context_window_backup.json"
 UNPRICED = (0.0, 0.0)
@@ -36,37 +42,63 @@ _BARE_NAME_PROVIDERS = frozenset({
 })
 
 
+@dataclass(frozen=True, slots=True)
+class PriceSchedule:
+    """A model's prices, which may depend on the hour (off-peak rates)."""
+    standard: tuple[float, float]
+    off_peak: OffPeak | None = None
+
+    def at(self, when: datetime | None = None) -> tuple[float, float]:
+        """(USD per prompt token, USD per completion token) at `when` (default: now)."""
+        if self.off_peak is not None and self.off_peak.open_at(when or datetime.now(timezone.utc)):
+            return self.off_peak.prices
+        return self.standard
+
+
+_UNPRICED_SCHEDULE = PriceSchedule(UNPRICED)
+
+
 @dataclass(slots=True)
 class CostMap:
     entries: dict[str, Any]
-    _cache: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _cache: dict[str, PriceSchedule] = field(default_factory=dict)
 
-    def prices(self, model: str) -> tuple[float, float]:
-        """(USD per prompt token, USD per completion token); (0, 0) when the map does not price it."""
+    def schedule(self, model: str) -> PriceSchedule:
+        """The model's price schedule; unpriced (0, 0) when the map does not price it."""
         found = self._cache.get(model)
         if found is None:
             found = self._cache[model] = self._resolve(model)
         return found
 
-    def _resolve(self, model: str) -> tuple[float, float]:
+    def prices(self, model: str, when: datetime | None = None) -> tuple[float, float]:
+        return self.schedule(model).at(when)
+
+    def _resolve(self, model: str) -> PriceSchedule:
         entry = self.entries.get(model)
         if isinstance(entry, dict):
             if "/" in model or _bare_name_resolves(entry):
-                return _per_token(entry)
-            return UNPRICED
+                return _schedule(entry)
+            return _UNPRICED_SCHEDULE
         provider, _, name = model.partition("/")
         # A routing prefix is an identifier; map provider values such as "vertex_ai-language-models"
         # are labels, not prefixes litellm accepts in a model name.
         if name and provider.replace("_", "").isalnum():
             entry = self.entries.get(name)
             if isinstance(entry, dict) and entry.get("litellm_provider") == provider:
-                return _per_token(entry)
-        return UNPRICED
+                return _schedule(entry)
+        return _UNPRICED_SCHEDULE
 
 
 def _bare_name_resolves(entry: dict[str, Any]) -> bool:
     provider = str(entry.get("litellm_provider", ""))
     return provider in _BARE_NAME_PROVIDERS or provider.startswith("vertex_ai")
+
+
+def _schedule(entry: dict[str, Any]) -> PriceSchedule:
+    standard = _per_token(entry)
+    if standard == UNPRICED:
+        return _UNPRICED_SCHEDULE
+    return PriceSchedule(standard, parse_off_peak(entry.get("off_peak_pricing"), standard))
 
 
 def _per_token(entry: dict[str, Any]) -> tuple[float, float]:
@@ -109,7 +141,13 @@ def load_cost_map() -> CostMap | None:
         return _LOADED[0]
 
 
-def model_prices(model: str) -> tuple[float, float]:
-    """USD per prompt token and per completion token; (0, 0) for models the map does not know."""
+def model_schedule(model: str) -> PriceSchedule:
+    """The model's prices by hour; (0, 0) at every hour for models the map does not know."""
     costs = load_cost_map()
-    return costs.prices(model) if costs is not None else UNPRICED
+    return costs.schedule(model) if costs is not None else _UNPRICED_SCHEDULE
+
+
+def model_prices(model: str, when: datetime | None = None) -> tuple[float, float]:
+    """USD per prompt token and per completion token at `when` (default: now); (0, 0) for models
+    the map does not know."""
+    return model_schedule(model).at(when)

@@ -444,7 +444,7 @@ async def test_warm_up_prepares_the_client_without_calling_the_judge(stub_judge:
         transport = client.transport
         assert isinstance(transport, OpenAIDirectTransport) and transport._session is not None
         session = transport._session
-        assert await client._resolve_prices() == (0.0, 0.0)  # the stub's model is not in the cost map
+        assert (await client._resolve_prices()).at() == (0.0, 0.0)  # the stub's model is not in the cost map
         response = await client.complete(messages())
         assert response.cost_usd == 0.0 and stub_judge.stats.requests == 1
         assert transport._session is session  # the first request used the session made at start-up

@@ -76,14 +76,59 @@ def test_the_map_is_found_without_importing_litellm() -> None:
 def test_prices_agree_with_litellm_cost_per_token(tmp_path: Path) -> None:
     names = swept_names() + COMMON_JUDGES
     assert len(names) > 1000 and cost_map_path() is not None
+    before = {name: model_prices(name) for name in names}
     truth = litellm_costs(names, tmp_path)
+    # Off-peak rates depend on the hour: a window may open or close while litellm runs.
     ours = {name: model_prices(name) for name in names}
-    differ = {name: (ours[name], truth[name]) for name in names if ours[name] != pytest.approx(truth[name], rel=1e-12)}
+    differ = {name: (ours[name], truth[name]) for name in names
+              if ours[name] != pytest.approx(truth[name], rel=1e-12) and before[name] != pytest.approx(truth[name], rel=1e-12)}
     # Every common judge model agrees exactly; over thousands of swept names a handful of litellm's
     # special cases may not (they are listed if this fails).
     assert not {name: differ[name] for name in COMMON_JUDGES if name in differ}
     assert len(differ) <= len(names) // 500, differ
     assert any(price != UNPRICED for price in ours.values()) and ours["openai/ctxprec-stub-judge"] == UNPRICED
+
+
+OFF_PEAK_AGREEMENT = """
+import json, os, sys
+from datetime import datetime, timedelta, timezone
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+from litellm.litellm_core_utils.llm_cost_calc.utils import _is_off_peak
+blocks = json.load(open(sys.argv[1]))
+start = datetime(2026, 11, 29, 0, 0, tzinfo=timezone.utc)  # a Sunday; 8 days in 10-minute steps
+moments = [start + timedelta(minutes=10 * i) for i in range(8 * 24 * 6)]
+json.dump({name: [_is_off_peak(block, m) for m in moments] for name, block in blocks.items()}, open(sys.argv[2], "w"))
+"""
+
+
+def test_off_peak_hours_agree_with_litellm(tmp_path: Path) -> None:
+    # Every off-peak block in the map, at every 10 minutes of a week (and a day of overlap across
+    # the weekday boundary that a Shanghai calendar shifts), open exactly when litellm says it is.
+    from datetime import datetime, timedelta, timezone
+
+    costs = load_cost_map()
+    assert costs is not None
+    blocks = {name: entry["off_peak_pricing"] for name, entry in costs.entries.items()
+              if isinstance(entry, dict) and isinstance(entry.get("off_peak_pricing"), dict)}
+    assert blocks, "the cost map has no off-peak prices any more: this test and off_peak.py can go"
+    given, got = tmp_path / "blocks.json", tmp_path / "open.json"
+    given.write_text(json.dumps(blocks))
+    done = subprocess.run([sys.executable, "-c", OFF_PEAK_AGREEMENT, str(given), str(got)], capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    truth = json.loads(got.read_text())
+    start = datetime(2026, 11, 29, 0, 0, tzinfo=timezone.utc)
+    moments = [start + timedelta(minutes=10 * i) for i in range(8 * 24 * 6)]
+    for name in blocks:
+        schedule = costs.schedule(name)
+        if schedule.off_peak is None:  # unpriced entries have no schedule to follow
+            assert costs.prices(name) == UNPRICED
+            continue
+        ours = [schedule.off_peak.open_at(m) for m in moments]
+        assert ours == truth[name], name
+        assert any(ours) and not all(ours), name
+        opened = moments[ours.index(True)]
+        assert schedule.at(opened) == schedule.off_peak.prices != schedule.standard
 
 
 def test_priced_model_over_the_direct_path_does_not_import_litellm(tmp_path: Path) -> None:

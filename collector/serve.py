@@ -45,8 +45,12 @@ def _describe(pipeline: Pipeline) -> str:
         parts.append(f"metrics {pipeline.metrics_server.host}:{pipeline.metrics_server.port}")
     forward_to = c.export.forward_to
     out = f"write-back {c.write_back} to {forward_to}" if forward_to else "no OTLP write-back (--forward-to unset)"
+    if c.export.forward_headers:  # names only: values are credentials
+        out += f" with header{'s' if len(c.export.forward_headers) > 1 else ''} " + ", ".join(
+            name for name, _ in c.export.forward_headers)
+    sinks = f"; sinks {', '.join(map(str, c.export.sinks))}" if c.export.sinks else ""
     return (f"ctxprec serving: {', '.join(parts) or 'no inputs'}; judge {pipeline.engine.model}; "
-            f"sample rate {c.sampling.default_rate:g}; {out}")
+            f"sample rate {c.sampling.default_rate:g}; {out}{sinks}")
 
 
 async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,

@@ -80,4 +80,17 @@ def _build(target: SinkTarget, exporter: str, export: ExportConfig, identity: Sc
         settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, linger_s=0.5)
         queue: SinkQueue[Any] = SinkQueue(phoenix, exporter=exporter, what=what, metrics=metrics, settings=settings)
         return BackendSink(target, queue, lambda o: annotations_of(o, identity, threshold=export.threshold))
+    if target.kind == "langfuse":
+        from ctxprec.collector.exporters.langfuse_scores import (
+            ENVIRONMENT,
+            LangfuseKeys,
+            LangfuseScores,
+        )
+
+        langfuse = LangfuseScores(target.url, identity, keys=LangfuseKeys.from_env(env), threshold=export.threshold,
+                                  environment=env.get(ENVIRONMENT) or None)
+        settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, max_batch=50,
+                                 linger_s=0.2)
+        queue = SinkQueue(langfuse, exporter=exporter, what=what, metrics=metrics, settings=settings)
+        return BackendSink(target, queue, langfuse.score_of)
     raise ValueError(f"unknown sink kind {target.kind!r}")

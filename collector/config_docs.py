@@ -70,9 +70,10 @@ STRUCTURES = """## Structured keys (YAML only)
   (`- langfuse: https://cloud.langfuse.com`); `CTXPREC_SINK` takes them separated by commas or
   spaces; each `--sink` flag adds one. See PHOENIX.md and LANGFUSE.md.
 - `export.forward_headers`: a list of `NAME=VALUE`, or a mapping of names to values;
-  `CTXPREC_FORWARD_HEADER` takes them separated by commas; each `--forward-header` adds one. A
-  value `$VAR` (or `${VAR}`) is read from the environment, `@/path/file` from a file (trailing
-  newlines removed), `\\$...` or `\\@...` is literal; missing ones stop the start.
+  `CTXPREC_FORWARD_HEADER` takes them separated by commas; each `--forward-header` adds one.
+  `$VAR` or `${VAR}` in a value is read from the environment (`Authorization=Bearer ${KEY}`), a
+  value `@/path/file` from a file (trailing newlines removed); `\\$` is a literal `$` and a
+  leading `\\@` a literal `@`; a missing variable or file stops the start.
 """
 
 

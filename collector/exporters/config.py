@@ -110,7 +110,7 @@ class ExportConfig(BaseModel):
         flag="--forward-max-queue-mb")
     forward_headers: ForwardHeaders = setting(
         (), "header NAME=VALUE on every OTLP export (span forwarding, evaluator spans and logs); repeat for "
-            "several; VALUE may be $VAR (from the environment) or @FILE (a file's content); added to "
+            "several; $VAR or ${VAR} in VALUE is read from the environment, VALUE @FILE from a file; added to "
             "OTEL_EXPORTER_OTLP_HEADERS, winning for the same name; values are never logged",
         flag="--forward-header", secret=True, repeatable=True, metavar="NAME=VALUE")
     sinks: SinkTargets = setting(

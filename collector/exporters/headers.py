@@ -3,9 +3,10 @@ so that spans can go through ctxprec to a backend that wants credentials (Langfu
 endpoint, a Phoenix with auth on).
 
 A header is `NAME=VALUE`. Credentials should not sit on a command line or in a config file, so a
-value can point elsewhere instead: `NAME=$VAR` (or `${VAR}`) reads the environment variable VAR,
-`NAME=@/path/file` reads the file (trailing newlines removed: a mounted Kubernetes secret); a
-leading backslash keeps a `$` or `@` as it is (`NAME=\\$literal`). References are read once, when
+value can point elsewhere instead: `$VAR` or `${VAR}` anywhere in it is replaced by the
+environment variable (`Authorization=Bearer ${PHOENIX_API_KEY}`), and `NAME=@/path/file` is the
+file's content (trailing newlines removed: a mounted Kubernetes secret); a backslash keeps a `$`
+(anywhere) or a leading `@` as it is (`NAME=\\$5`). References are read once, when
 the configuration is loaded, so that a missing variable or file stops the start with the key
 named. Values never appear in a message: errors name the header and where its value was to come
 from, nothing else.
@@ -19,7 +20,7 @@ from urllib.parse import unquote
 
 # RFC 9110 field-name: a token.
 _NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_ENV_REF = re.compile(r"^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))$")
+_ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 OTEL_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 OTEL_SIGNAL_HEADERS = {"traces": "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "logs": "OTEL_EXPORTER_OTLP_LOGS_HEADERS"}
@@ -68,17 +69,8 @@ def _as_text(value: Any, name: str) -> str:
 
 
 def _resolve(name: str, value: str, environ: Mapping[str, str]) -> str:
-    if value.startswith(("\\$", "\\@")):
+    if value.startswith("\\@"):
         return value[1:]
-    if value.startswith("$"):
-        match = _ENV_REF.match(value)
-        if not match:
-            raise ValueError(f"header {name}: $ must be followed by an environment variable name ($VAR or ${{VAR}}); "
-                             f"write \\$ for a literal $")
-        var = match.group(1) or match.group(2)
-        if var not in environ:
-            raise ValueError(f"header {name}: environment variable {var} is not set")
-        return environ[var]
     if value.startswith("@"):
         path = value[1:]
         try:
@@ -86,7 +78,32 @@ def _resolve(name: str, value: str, environ: Mapping[str, str]) -> str:
                 return f.read().rstrip("\r\n")
         except OSError as exc:
             raise ValueError(f"header {name}: cannot read {path} ({exc.strerror or type(exc).__name__})") from None
-    return value
+    return _substitute(name, value, environ)
+
+
+def _substitute(name: str, value: str, environ: Mapping[str, str]) -> str:
+    """`$VAR` and `${VAR}` anywhere in the value (`Bearer ${PHOENIX_API_KEY}`); `\\$` is a `$`."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        if value.startswith("\\$", i):
+            out.append("$")
+            i += 2
+            continue
+        if value[i] != "$":
+            out.append(value[i])
+            i += 1
+            continue
+        match = _ENV_REF.match(value, i)
+        if not match:
+            raise ValueError(f"header {name}: $ must be followed by an environment variable name ($VAR or ${{VAR}}); "
+                             f"write \\$ for a literal $")
+        var = match.group(1) or match.group(2)
+        if var not in environ:
+            raise ValueError(f"header {name}: environment variable {var} is not set")
+        out.append(environ[var])
+        i = match.end()
+    return "".join(out)
 
 
 def otel_env_headers(signal: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:

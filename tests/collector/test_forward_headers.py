@@ -45,9 +45,10 @@ def test_values_come_literally_from_the_environment_or_from_a_file(tmp_path: Pat
     env = {"LF_AUTH": "Basic abc=", "OTHER": "x"}
     headers = parse_forward_headers(
         ["x-literal=a b=c", "x-env=$LF_AUTH", "x-braced=${OTHER}", f"Authorization=@{token}",
-         "x-dollar=\\$5", "x-at=\\@home"], environ=env)
+         "x-dollar=\\$5", "x-at=\\@home", "x-inside=Bearer ${OTHER}-$OTHER"], environ=env)
     assert dict(headers) == {"x-literal": "a b=c", "x-env": "Basic abc=", "x-braced": "x",
-                             "Authorization": f"Bearer {SECRET}", "x-dollar": "$5", "x-at": "@home"}
+                             "Authorization": f"Bearer {SECRET}", "x-dollar": "$5", "x-at": "@home",
+                             "x-inside": "Bearer x-x"}
     # A mapping (YAML) and comma-separated text (the environment variable) say the same.
     assert parse_forward_headers({"x-a": "1", "x-b": "$OTHER"}, environ=env) == (("x-a", "1"), ("x-b", "x"))
     assert parse_forward_headers("x-a=1, x-b=$OTHER", environ=env) == (("x-a", "1"), ("x-b", "x"))
@@ -58,7 +59,7 @@ def test_values_come_literally_from_the_environment_or_from_a_file(tmp_path: Pat
 @pytest.mark.parametrize(("item", "message"), [
     ("Authorization=$NOT_SET_ANYWHERE", "header Authorization: environment variable NOT_SET_ANYWHERE is not set"),
     ("Authorization=@/nonexistent/token", "header Authorization: cannot read /nonexistent/token"),
-    ("Authorization=$not a name", "header Authorization: $ must be followed by an environment variable name"),
+    ("Authorization=costs $5", "header Authorization: $ must be followed by an environment variable name"),
     ("bad name=x", "header name 'bad name' is not a valid HTTP header name"),
     ("no-equals-sign", "must be NAME=VALUE"),
 ])

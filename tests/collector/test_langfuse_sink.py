@@ -299,3 +299,24 @@ async def test_the_sink_never_holds_up_scoring(stub_judge: StubJudge, keys: None
         assert len(slow.requests) < 10  # batched
     finally:
         await runner.cleanup()
+
+
+async def test_scores_still_waiting_at_shutdown_go_within_the_shutdown_deadline(
+        stub_judge: StubJudge, receiver: LangfuseReceiver, keys: None) -> None:
+    receiver.script = [(503, {"Retry-After": "2"}, {"message": "busy"})]
+    outcomes = Outcomes()
+    async with running(serve_config(*judge(stub_judge), "--sink", f"langfuse={receiver.url}")) as pipeline:
+        pipeline.add_sink(outcomes)
+        rag = RagApp(protocol="http", port=pipeline.otlp_http_port or 0, service="shop")
+        for i in range(3):
+            rag.openinference(f"q{i}", [f"[relevant] p{i}", "[irrelevant] f"], "a")
+        await rag.flush()
+        await rag.close()
+        await wait_until(lambda: len(outcomes.items) == 3, timeout=20, what="3 scores")
+        await wait_until(lambda: len(receiver.requests) == 1, timeout=5, what="the refused first try")
+        stopping = time.monotonic()
+    stopped_in = time.monotonic() - stopping
+    # The shutdown waited out the Retry-After and sent all, within --shutdown-timeout 5 (+1).
+    taken = {score["id"] for r in receiver.requests[1:] for score in r.body}
+    assert len(taken) == 3 and {s["id"] for s in receiver.requests[0].body} <= taken
+    assert 1.5 <= stopped_in < 5.0 + 1.0 + 1.0

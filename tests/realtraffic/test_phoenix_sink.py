@@ -15,6 +15,7 @@ dropped instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -312,3 +313,62 @@ async def test_a_30s_phoenix_outage_stalls_nothing_and_its_annotations_arrive_af
                if name == "ctxprec_export_dropped_total" and ("exporter", "phoenix") in labels) == 0
     # The impatient sidecar: every score of the outage counted as dropped, by reason.
     assert dropped == {"unavailable": len(sent)}
+
+
+# Phoenix's rules for both: at least 32 characters, a digit and a lower-case letter.
+PHOENIX_SECRET = "ctxprec-test-secret-0123456789-abcdef"
+PHOENIX_ADMIN_SECRET = "ctxprec-test-admin-9876543210-fedcba"
+
+
+async def test_a_phoenix_with_auth_on_takes_spans_and_annotations_with_its_api_key(
+        make_stub_judge: MakeStub, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Spans forwarded with `--forward-header 'Authorization=Bearer ${PHOENIX_API_KEY}'`, annotations
+    with the same key read by the sink itself; without a key both are refused and counted."""
+    stub = await make_stub_judge()
+    server = PhoenixServer(extra_env={"PHOENIX_ENABLE_AUTH": "true", "PHOENIX_SECRET": PHOENIX_SECRET,
+                                      "PHOENIX_ADMIN_SECRET": PHOENIX_ADMIN_SECRET})
+    await asyncio.to_thread(server.start)
+    try:
+        admin = PhoenixClient(server.url, api_key=PHOENIX_ADMIN_SECRET)
+        created = await asyncio.to_thread(admin.request, "POST", "/v1/system/api_keys",
+                                          body={"data": {"name": "ctxprec-test"}})
+        key = created.json()["data"]["key"]
+        monkeypatch.setenv("PHOENIX_API_KEY", key)
+        caplog.set_level(logging.DEBUG)
+        outcomes = Outcomes()
+        async with running(serve_config(*judge(stub), "--forward-to", server.url,
+                                        "--forward-header", "Authorization=Bearer ${PHOENIX_API_KEY}",
+                                        "--sink", f"phoenix={server.url}")) as pipeline:
+            pipeline.add_sink(outcomes)
+            app = RagApp(protocol="http", port=pipeline.otlp_http_port or 0, service="authed")
+            for i in range(2):
+                app.openinference(f"question {i}", [f"[relevant] passage {i}", "[irrelevant] filler"], "an answer")
+            await app.flush()
+            await app.close()
+            await wait_until(lambda: len(outcomes.by_span()) == 2, timeout=30, what="2 scores")
+            span_ids = sorted(outcomes.by_span())
+            rows = await poll(lambda: span_annotations(admin, "default", span_ids), lambda found: len(found) == 2, 60,
+                              "2 span annotations in the authenticated Phoenix")
+        assert sorted(r["span_id"] for r in rows) == span_ids
+
+        # No key: Phoenix answers 401 to both, and the sink counts its scores as unauthorized.
+        monkeypatch.delenv("PHOENIX_API_KEY")
+        async with running(serve_config(*judge(stub), "--forward-to", server.url,
+                                        "--sink", f"phoenix={server.url}")) as keyless:
+            app = RagApp(protocol="http", port=keyless.otlp_http_port or 0, service="keyless")
+            app.openinference("question", ["[relevant] passage", "[irrelevant] filler"], "an answer")
+            await app.flush()
+            await app.close()
+
+            async def refused() -> float:
+                figures = await metrics_of(keyless)
+                return value(figures, "ctxprec_export_dropped_total", exporter="phoenix", reason="unauthorized")
+
+            deadline = time.monotonic() + 30
+            while await refused() < 1:
+                assert time.monotonic() < deadline, "the keyless score was not counted as unauthorized"
+                await asyncio.sleep(0.2)
+        logged = "\n".join(r.getMessage() for r in caplog.records)
+        assert key not in logged and PHOENIX_ADMIN_SECRET not in logged
+    finally:
+        await asyncio.to_thread(server.cleanup)

@@ -104,6 +104,9 @@ class QueueSettings:
     # was forwarded at the same moment has time to be stored by the backend.
     linger_s: float = 0.0
     backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, cap_s=5.0))
+    # Items waiting for a retry that fall due within this much of the first go together: their
+    # jittered delays would otherwise cost a request each.
+    coalesce_s: float = 0.5
     report_interval_s: float = 60.0
 
 
@@ -218,7 +221,8 @@ class SinkQueue(Generic[T]):
             return []
         batch: list[_Entry[T]] = []
         limit = self.settings.max_batch
-        while self._parked and self._parked[0][0] <= now and len(batch) < limit:
+        due = now + self.settings.coalesce_s if self._parked and self._parked[0][0] <= now else now
+        while self._parked and self._parked[0][0] <= due and len(batch) < limit:
             entry = heapq.heappop(self._parked)[2]
             if entry.deadline <= now:
                 self._give_up(entry)

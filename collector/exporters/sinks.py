@@ -76,8 +76,9 @@ def _build(target: SinkTarget, exporter: str, export: ExportConfig, identity: Sc
         )
 
         phoenix = PhoenixAnnotations(target.url, api_key=env.get(PHOENIX_API_KEY) or None)
-        # The linger gives a span forwarded at the same moment time to be stored by Phoenix.
-        settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, linger_s=0.5)
+        # The linger gives a span forwarded at the same moment time to be stored by Phoenix, and
+        # fills the batches: Phoenix's synchronous inserts take long, per request more than per item.
+        settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, linger_s=1.0)
         queue: SinkQueue[Any] = SinkQueue(phoenix, exporter=exporter, what=what, metrics=metrics, settings=settings)
         return BackendSink(target, queue, lambda o: annotations_of(o, identity, threshold=export.threshold))
     if target.kind == "langfuse":

@@ -29,6 +29,7 @@ BENCHMARKS = [
     "forward_latency",
     "overload",
     "diagnostics_overhead",
+    "sink_overhead",
     "kafka_consume",
     "drift_detection",
 ]
@@ -72,6 +73,8 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "kafka_consume": ("Kafka events/s decided at 1% / bare aiokafka loop", "ratio", ">= 0.5", lambda r: r >= 0.5),
     "diagnostics_overhead": ("CPU per score of the DiagnosticsSink inside `ctxprec serve` / CPU per score without it",
                              "added_fraction", "< 0.05", "goal_met"),
+    "sink_overhead": ("CPU per score of `ctxprec serve` with `--sink phoenix` / without (real Phoenix)",
+                      "ratio", "< 1.10", "goal_met"),
     "redact": ("PII redaction time / one naive regex pass (mixed text)", "mixed.time_ratio_vs_baseline",
                "(no goal)", None),
     "drift_detection": ("drift detection delay, adaptive sampling from 1% / flat 1% (simulated traffic)",

@@ -60,7 +60,8 @@ class ServeConfig(BaseSettings):
 
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="OTLP receivers")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="the metrics endpoint")
-    export: ExportConfig = Field(default_factory=ExportConfig, description="results written back over OTLP")
+    export: ExportConfig = Field(default_factory=ExportConfig,
+                                description="results written back over OTLP and into result sinks")
     judge: JudgeSettings = Field(default_factory=JudgeSettings, description="the judge")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="sampling and budgets")
     scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="scoring workers")
@@ -120,6 +121,16 @@ class Setting:
     def choices(self) -> list[str] | None:
         extra = self.field.json_schema_extra
         return extra.get("choices") if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+    @property
+    def repeatable(self) -> bool:
+        extra = self.field.json_schema_extra
+        return bool(extra.get("repeatable")) if isinstance(extra, dict) else False
+
+    @property
+    def metavar(self) -> str | None:
+        extra = self.field.json_schema_extra
+        return extra.get("metavar") if isinstance(extra, dict) else None  # type: ignore[return-value]
 
     @property
     def switch(self) -> bool:
@@ -369,11 +380,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if not setting_.flag:
             continue
         default = setting_.default
-        shown = "none" if default is None else _shown(default)
+        shown = "none" if default is None or default == () else _shown(default)
         help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]"
         if setting_.switch:
             parser.add_argument(setting_.flag, dest=_dest(setting_.flag), nargs="?", const="true", default=None,
                                 metavar="true|false", help=help_text)
+        elif setting_.repeatable:
+            # Each use adds an item; given at all, the flags replace the environment's and the
+            # file's list (flags win, as for every other key).
+            parser.add_argument(setting_.flag, dest=_dest(setting_.flag), action="append", default=None,
+                                metavar=_metavar(setting_), help=help_text)
         else:
             parser.add_argument(setting_.flag, dest=_dest(setting_.flag), default=None, metavar=_metavar(setting_),
                                 help=help_text)
@@ -384,6 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _metavar(setting_: Setting) -> str:
+    if setting_.metavar:
+        return setting_.metavar
     if setting_.choices:
         return "|".join(str(c) for c in setting_.choices)
     return METAVARS.get(setting_.annotation, "VALUE")

@@ -66,6 +66,14 @@ STRUCTURES = """## Structured keys (YAML only)
   `query` (an attribute key, or `key$json.path`), `contexts` (a key holding a JSON list, a
   `key$json.path` such as `app.hits$.documents[*].text`, or a per-item pattern such as
   `app.docs.{i}.text`), optional `output` (the answer).
+- `export.sinks`: a list of `KIND=URL` (`- phoenix=http://phoenix:6006`), or of one-key mappings
+  (`- langfuse: https://cloud.langfuse.com`); `CTXPREC_SINK` takes them separated by commas or
+  spaces; each `--sink` flag adds one. See PHOENIX.md and LANGFUSE.md.
+- `export.forward_headers`: a list of `NAME=VALUE`, or a mapping of names to values;
+  `CTXPREC_FORWARD_HEADER` takes them separated by commas; each `--forward-header` adds one.
+  `$VAR` or `${VAR}` in a value is read from the environment (`Authorization=Bearer ${KEY}`), a
+  value `@/path/file` from a file (trailing newlines removed); `\\$` is a literal `$` and a
+  leading `\\@` a literal `@`; a missing variable or file stops the start.
 """
 
 
@@ -76,7 +84,7 @@ def _cell(value: Any) -> str:
 def _row(setting: Setting) -> str:
     default = setting.default
     if setting.secret:
-        shown = "none" if default is None else "(set)"
+        shown = "none" if not default else "(set)"
     elif default is None:
         shown = "none"
     elif isinstance(default, (list, tuple)) and not (isinstance(default, tuple) and len(default) == 2

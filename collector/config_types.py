@@ -169,10 +169,14 @@ METAVARS: dict[Any, str] = {
 
 
 def setting(default: Any, help: str, *, flag: str | None = None, env: str | None = None, secret: bool = False,
-            choices: tuple[str, ...] | None = None, **kwargs: Any) -> Any:
+            choices: tuple[str, ...] | None = None, repeatable: bool = False, metavar: str | None = None,
+            **kwargs: Any) -> Any:
     """A config field: its default (written here once), what it means, and its command-line flag
     (whose environment variable is CTXPREC_<FLAG>). `env` names the variable of a setting with no
-    flag (a secret that should not show in the process list). `secret` keeps the value out of repr."""
+    flag (a secret that should not show in the process list). `secret` keeps the value out of repr.
+    `repeatable`: a list, whose flag may be given several times (each adds an item); its parser
+    also takes the environment variable's text and splits it. `metavar` names the flag's value
+    in --help when the type's own name says too little."""
     extra: dict[str, Any] = {}
     if flag:
         extra["flag"] = flag
@@ -180,4 +184,8 @@ def setting(default: Any, help: str, *, flag: str | None = None, env: str | None
         extra["env"] = env
     if choices:
         extra["choices"] = list(choices)
+    if repeatable:
+        extra["repeatable"] = True
+    if metavar:
+        extra["metavar"] = metavar
     return Field(default, description=help, json_schema_extra=extra or None, repr=not secret, **kwargs)

@@ -30,6 +30,9 @@ class RetrievedContext:
     id: str | None = None
     score: float | None = None
     metadata: dict[str, Any] | None = None
+    # Its index in the span's own numbered list (OpenInference `retrieval.documents.{i}`), which
+    # backends address documents by; None where the convention does not number them.
+    position: int | None = None
 
 
 @dataclass(slots=True)

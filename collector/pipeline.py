@@ -3,7 +3,8 @@ that connects the stages (collector/components.py names the seams); data flows o
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
     -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, diagnostics,
-                                                   span write-back, evaluator spans, Kafka results, ...)
+                                                   span write-back, evaluator spans, Kafka results,
+                                                   Phoenix and Langfuse, ...)
     drift monitor -> adaptive sampler (a service's rate rises while a drift is suspected)
     diagnostics -> /diagnostics/* on the metrics port, and the Kafka diagnostics topic
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
@@ -105,6 +106,8 @@ class Pipeline:
         self.writeback: Any = None  # span mode: exporters.span_writeback.SpanWriteBack
         self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
         self._build_write_back()
+        # `--sink`: scores into backends' own stores (Phoenix annotations, Langfuse scores).
+        self.sinks: list[Any] = self._build_sinks()
         self.ingest = self._build_ingest()
         self.receivers: list[Any] = self._build_otlp_receivers()
         # Kafka: an optional receiver and its results producer (another ResultSink).
@@ -226,6 +229,16 @@ class Pipeline:
             self.evaluator = EvaluatorExporter(export, self.identity, metrics=self.metrics, version=VERSION)
             self.add_sink(self.evaluator)
 
+    def _build_sinks(self) -> list[Any]:
+        if not self.config.export.sinks:
+            return []
+        from ctxprec.collector.exporters.sinks import build_sinks
+
+        sinks = build_sinks(self.config.export, self.identity, self.metrics)
+        for sink in sinks:
+            self.add_sink(sink)
+        return sinks
+
     def _build_ingest(self) -> Any:
         from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 
@@ -315,6 +328,8 @@ class Pipeline:
                 await self.kafka_results.start()
             if self.kafka_diagnostics is not None:
                 await self.kafka_diagnostics.start()
+            for sink in self.sinks:
+                await sink.start()
             await self.ingest.start()
             for receiver in self.receivers:
                 await receiver.start()
@@ -367,6 +382,11 @@ class Pipeline:
         if self.writeback is not None:
             # Every retrieval is decided by now; held spans still waiting go out unscored.
             await _quietly(self.writeback.stop(left() + 1.0), "flushing forwarded spans")
+        # After the forwarded spans: an annotation needs its span stored in the backend first.
+        # What is left of the deadline, and a moment for what is queued, as the span flush gets.
+        # Side by side, so that one backend that is down does not use up another's time.
+        await asyncio.gather(*(_quietly(sink.stop(left() + 1.0), f"flushing the {sink.name} sink")
+                               for sink in self.sinks))
         await _quietly(self.engine.aclose(), "closing the judge client")
         if self.metrics_server is not None:
             await _quietly(self.metrics_server.stop(), "stopping the metrics server")

@@ -54,10 +54,16 @@ def describe(pipeline: Pipeline) -> list[str]:
                  + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else ""))
     forward_to = c.export.forward_to
     if forward_to:
-        lines.append(f"output: write-back {c.write_back} to {forward_to}")
+        headers = ""
+        if c.export.forward_headers:  # names only: values are credentials
+            headers = (f" with header{'s' if len(c.export.forward_headers) > 1 else ''} "
+                       + ", ".join(name for name, _ in c.export.forward_headers))
+        lines.append(f"output: write-back {c.write_back} to {forward_to}{headers}")
     else:
         lines.append("output: no OTLP write-back (--forward-to unset); scores reach metrics"
                      + (" and the Kafka results topic" if c.kafka.results_topic else ""))
+    for sink in c.export.sinks:
+        lines.append(f"output: {sink.kind} sink at {sink.url}")
     if c.kafka.enabled and c.kafka.results_topic:
         lines.append(f"output: score records to Kafka topic {c.kafka.results_topic}")
     if c.kafka.enabled and c.kafka.diagnostics_topic:

@@ -110,7 +110,7 @@ def _openinference(span: SpanRecord, limit: int, _: AttributeMapping | None) -> 
         return None
     indices = sorted(i for i, f in fields.items() if as_text(f.get("content")) is not None)
     contexts = [_context(fields[i].get("content"), fields[i].get("id"), fields[i].get("score"),
-                         fields[i].get("metadata")) for i in indices[:limit]]
+                         fields[i].get("metadata"), position=i) for i in indices[:limit]]
     return Found(OPENINFERENCE, query_text(attributes.get("input.value")), contexts, max(0, len(indices) - limit))
 
 
@@ -245,7 +245,7 @@ def context_from_item(item: Any) -> RetrievedContext | None:
     return None
 
 
-def _context(content: Any, doc_id: Any, score: Any, metadata: Any) -> RetrievedContext:
+def _context(content: Any, doc_id: Any, score: Any, metadata: Any, position: int | None = None) -> RetrievedContext:
     meta = loads(metadata)
     try:
         numeric = float(score) if score is not None and not isinstance(score, bool) else None
@@ -256,6 +256,7 @@ def _context(content: Any, doc_id: Any, score: Any, metadata: Any) -> RetrievedC
         id=str(doc_id) if doc_id is not None and doc_id != "" else None,
         score=numeric,
         metadata=meta if isinstance(meta, dict) else None,
+        position=position,
     )
 
 

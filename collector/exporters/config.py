@@ -1,9 +1,14 @@
-"""Settings of the result write-back to an OTLP endpoint (YAML section `export`)."""
+"""Settings of the result write-back (YAML section `export`): to an OTLP endpoint, and to the
+result sinks that write scores into a backend's own store (Phoenix annotations, Langfuse scores)."""
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping
+from urllib.parse import urlsplit
 
 from ctxprec.collector.config_types import (
+    Count,
     OtlpUrl,
     Positive,
     Rate,
@@ -11,10 +16,70 @@ from ctxprec.collector.config_types import (
     choice,
     setting,
 )
+from ctxprec.collector.exporters.headers import Headers, parse_forward_headers
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 WRITE_BACK_MODES = ("span", "evaluator")
 EVALUATION_LOGS_MODES = ("auto", "on", "off")
+SINK_KINDS = ("phoenix", "langfuse")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkTarget:
+    """One result sink: which backend, and its base URL."""
+
+    kind: str  # one of SINK_KINDS
+    url: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}={self.url}"
+
+
+def parse_sinks(raw: Any) -> tuple[SinkTarget, ...]:
+    """`KIND=URL` items: a list (YAML; an item may also be a one-key mapping `{phoenix: URL}`), or
+    text with items separated by commas or spaces (a `CTXPREC_SINK` variable)."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [part for part in re.split(r"[,\s]+", raw) if part]
+    elif isinstance(raw, Mapping):
+        raw = [raw]
+    targets: list[SinkTarget] = []
+    for item in raw:
+        if isinstance(item, SinkTarget):
+            target = item
+        elif isinstance(item, Mapping) and len(item) == 1:
+            (kind, url), = item.items()
+            target = _target(str(kind), str(url))
+        elif isinstance(item, str):
+            kind, sep, url = item.partition("=")
+            if not sep:
+                raise ValueError(f"must be KIND=URL with KIND one of {', '.join(SINK_KINDS)}, got {item!r}")
+            target = _target(kind, url)
+        else:
+            raise ValueError(f"each sink must be KIND=URL, got {item!r}")
+        if target in targets:
+            raise ValueError(f"sink {target} is given twice")
+        targets.append(target)
+    return tuple(targets)
+
+
+def _target(kind: str, url: str) -> SinkTarget:
+    kind, url = kind.strip().lower(), url.strip()
+    if kind not in SINK_KINDS:
+        raise ValueError(f"unknown sink {kind!r}; one of {', '.join(SINK_KINDS)}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{kind}: must be an http:// or https:// URL, got {url!r}")
+    if parts.username or parts.password:
+        # Keys come from the backend's own variables; a URL is printed in logs and --help.
+        raise ValueError(f"{kind}: put no credentials in the URL (the key is read from "
+                         f"{'PHOENIX_API_KEY' if kind == 'phoenix' else 'LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY'})")
+    return SinkTarget(kind, url.rstrip("/"))
+
+
+SinkTargets = Annotated[tuple[SinkTarget, ...], BeforeValidator(parse_sinks)]
+ForwardHeaders = Annotated[Headers, BeforeValidator(parse_forward_headers)]
 
 
 class ExportConfig(BaseModel):
@@ -43,6 +108,22 @@ class ExportConfig(BaseModel):
     max_queue_mb: Positive = setting(
         64.0, "data queued for --forward-to at most, MB; beyond it new data is dropped and counted",
         flag="--forward-max-queue-mb")
+    forward_headers: ForwardHeaders = setting(
+        (), "header NAME=VALUE on every OTLP export (span forwarding, evaluator spans and logs); repeat for "
+            "several; $VAR or ${VAR} in VALUE is read from the environment, VALUE @FILE from a file; added to "
+            "OTEL_EXPORTER_OTLP_HEADERS, winning for the same name; values are never logged",
+        flag="--forward-header", secret=True, repeatable=True, metavar="NAME=VALUE")
+    sinks: SinkTargets = setting(
+        (), "result sink KIND=URL writing each score into a backend's own store: phoenix=http://host:6006 "
+            "(span and document annotations, key from PHOENIX_API_KEY) or langfuse=https://host (scores, keys "
+            "from LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY); repeat for several",
+        flag="--sink", repeatable=True, metavar="KIND=URL")
+    sink_deadline_s: Positive = setting(
+        120.0, "longest a score waits to reach a result sink (backend down, span not in the backend yet), "
+               "seconds; then it is dropped and counted", flag="--sink-deadline")
+    sink_max_queue: Count = setting(
+        10000, "scores waiting per result sink at most; beyond it new scores are dropped and counted",
+        flag="--sink-max-queue")
 
     @property
     def max_queue_bytes(self) -> int:

@@ -29,6 +29,7 @@ import aiohttp.abc
 import aiohttp.payload
 import grpc
 from ctxprec.collector.exporters.config import ExportConfig
+from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.retry import Backoff, parse_retry_after
@@ -60,7 +61,7 @@ _EXPORT = ExportConfig()
 class SenderSettings:
     url: str
     signal: str = TRACES  # "traces" | "logs"
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     max_queue_bytes: int = _EXPORT.max_queue_bytes
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
     senders: int = 2
@@ -74,9 +75,11 @@ class SenderSettings:
 
     @classmethod
     def of(cls, export: ExportConfig, signal: str = TRACES) -> "SenderSettings":
-        """`--forward-to` and its TLS files and queue bound, for `signal`."""
+        """`--forward-to` and its TLS files, queue bound and headers (`--forward-header` over
+        `OTEL_EXPORTER_OTLP_HEADERS`), for `signal`."""
         assert export.forward_to is not None
         return cls(url=export.forward_to, signal=signal, max_queue_bytes=export.max_queue_bytes,
+                   headers=export_headers(export.forward_headers, signal),
                    ca_file=export.ca_file, cert_file=export.cert_file, key_file=export.key_file)
 
     def __post_init__(self) -> None:

@@ -89,6 +89,8 @@ class OtlpCapture:
         self.spans: list[CapturedSpan] = []
         self.logs: list[CapturedLog] = []
         self.bodies: list[bytes] = []  # uncompressed trace request bodies, in arrival order
+        # Request headers (HTTP) or metadata (gRPC) of each trace request, names in lower case.
+        self.headers: list[dict[str, str]] = []
         self.requests = 0
         self.record_bodies = record_bodies
         self._fail_http: list[int] = []
@@ -219,6 +221,7 @@ class OtlpCapture:
     async def _http_traces(self, request: web.Request) -> web.Response:
         if self._fail_http:
             return web.Response(status=self._fail_http.pop(0), headers={"Retry-After": "0"})
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         self._record_traces(await self._http_body(request), "http")
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
@@ -241,6 +244,7 @@ class OtlpCapture:
     async def _grpc_traces(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
         if self._fail_grpc:
             await context.abort(self._fail_grpc.pop(0), "capture: injected failure")
+        self.headers.append({k.lower(): str(v) for k, v in (context.invocation_metadata() or ())})
         self._record_traces(body, "grpc")
         return ExportTraceServiceResponse()
 

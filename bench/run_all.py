@@ -65,7 +65,9 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
                    "ratios.cpu_priced_over_unpriced", "<= 1.5 (RSS too)", "goal_met"),
     "score_throughput": ("`ctxprec score` rate / bare aiohttp client, 10,000 events",
                          "ratio_vs_bare", ">= 0.9", lambda r: r >= 0.9),
-    "ingest": ("OTLP ingest spans/s at 1% / bare ParseFromString", "ratio", ">= 0.2", lambda r: r >= 0.2),
+    "ingest": ("whole `ctxprec serve` spans per CPU-second (OTLP/HTTP in, span-mode forwarding, 1% judged) / bare "
+               "ParseFromString; in-process decode + ingest is `ratio` below", "serve_process_ratio", ">= 0.2",
+               lambda r: r >= 0.2),
     "forward_latency": ("added forwarding latency p99 at 5,000 spans/s (ms)", "added.p99_ms", "< 5 ms",
                         lambda r: r < 5),
     "overload": ("scoring rate under 10x overload / judge capacity", "overload_scoring_rate_vs_capacity",

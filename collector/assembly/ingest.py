@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable
 
 from ctxprec.collector.assembly.config import AssemblyConfig
@@ -52,6 +53,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 log = logging.getLogger(__name__)
 
 _UNSAMPLED, _BUFFER, _LATE = 0, 1, 2
+_TRACE_ID = attrgetter("trace_id")
 _RESOURCE_VALUE_CHARS = 1024  # resource attributes are names and versions, not payloads
 
 
@@ -106,17 +108,19 @@ class OtlpIngest:
             for ss in rs.scope_spans:
                 spans = ss.spans
                 total += len(spans)
-                # One pass in C-ish speed for the ids; Python work per trace, not per span.
+                # One pass over the spans for their ids (reading a span is what costs: each read
+                # makes a message object); routing is Python work per trace, not per span.
+                ids = list(map(_TRACE_ID, spans))
                 hit = False
-                for trace_id in {span.trace_id for span in spans}:
+                for trace_id in set(ids):
                     route = routes.get(trace_id)
                     if route is None:
                         route = routes[trace_id] = self._route(trace_id, service, receiver)
                     if route:
                         hit = True
-                if hit:
-                    routed.extend((ri, ss, span, service, routes[span.trace_id]) for span in spans
-                                  if routes[span.trace_id])
+                if hit:  # only the routed spans are read again
+                    routed.extend((ri, ss, spans[i], service, route) for i, trace_id in enumerate(ids)
+                                  if (route := routes[trace_id]))
         counter = self._received.get(receiver)
         if counter is None:
             counter = self._received[receiver] = self._metrics.spans_received.labels(receiver=receiver)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 from ctxprec.collector.sampling.config import SamplingConfig
-from ctxprec.collector.sampling.sampler import SampleDecision, Sampler, below_rate, trace_hash
+from ctxprec.collector.sampling.sampler import SampleDecision, Sampler, below_rate, rate_threshold, trace_hash
 
 Clock = Callable[[], float]
 RateListener = Callable[[str, float], None]
@@ -126,6 +126,10 @@ class AdaptiveSampler:
         self._listeners: list[RateListener] = []
         self._published: dict[str, float] = {}
         self.generation = 0  # +1 on every change of a published rate: caches of thresholds compare it
+        # keep_trace runs for every trace id of every request: per service, the head rate and
+        # whether it is boosted, valid while no service changed phase (`_phases` counts changes).
+        self._phases = 0
+        self._keep_cache: dict[str, tuple[int, float, int, bool]] = {}
 
     # -- the Sampler's interface --
 
@@ -138,11 +142,19 @@ class AdaptiveSampler:
         return self._boost(base) if self._boosting(service) else base
 
     def keep_trace(self, trace_id: bytes, service: str) -> bool:
-        rate = self.head_rate(service)
-        if not below_rate(trace_id, rate):
+        cached = self._keep_cache.get(service)
+        if cached is None or cached[0] != self._phases:
+            rate = self.head_rate(service)
+            if len(self._keep_cache) >= MAX_TRACKED:
+                self._keep_cache.clear()
+            cached = self._keep_cache[service] = (self._phases, rate, rate_threshold(min(max(rate, 0.0), 1.0)),
+                                                  rate > self.sampler.head_rate(service))
+        _, rate, threshold, boosted = cached
+        hashed = trace_hash(trace_id)
+        if hashed >= threshold:  # below_rate, with the threshold computed once
             return False
-        if rate > self.sampler.head_rate(service) and self.settings.remembered_traces:
-            self._remember(trace_hash(trace_id), rate)
+        if boosted and self.settings.remembered_traces:
+            self._remember(hashed, rate)
         return True
 
     def rate_for(self, service: str, attributes: Mapping[str, Any]) -> tuple[float, int | None]:
@@ -224,6 +236,7 @@ class AdaptiveSampler:
         return boost.phase is Phase.BOOSTED
 
     def _enter(self, key: str, boost: ServiceBoost, phase: Phase) -> None:
+        self._phases += 1
         boost.phase = phase
         boost.since = self._clock()
         boost.alarmed_scores = 0

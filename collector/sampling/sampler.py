@@ -45,8 +45,9 @@ def trace_id_bytes(trace_id: str | bytes) -> bytes:
 
 def trace_hash(trace_id: str | bytes) -> int:
     """The low 8 bytes of the trace id as an unsigned big-endian integer."""
-    raw = trace_id_bytes(trace_id)
-    return int.from_bytes(raw[-8:].rjust(8, b"\0"), "big")
+    # Big-endian: an id shorter than 8 bytes reads as if padded with leading zeros.
+    raw = trace_id if isinstance(trace_id, bytes) else trace_id_bytes(trace_id)
+    return int.from_bytes(raw[-8:], "big")
 
 
 def rate_threshold(rate: float) -> int:

@@ -425,6 +425,9 @@ def main() -> None:
     avg_bytes = sum(map(len, bodies)) / spans
     out = {
         "benchmark": "ingest",
+        "description": ("spans per CPU-second: the whole `ctxprec serve` process (OTLP/HTTP in, span-mode forwarding "
+                        "out, 1% judged by the stub judge) and, second, decode + assembly in-process, each against "
+                        "a bare ExportTraceServiceRequest.ParseFromString of the same requests"),
         "quick": args.quick,
         "machine": machine(),
         "spans": spans,

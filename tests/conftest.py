@@ -16,7 +16,11 @@ SLOW = ("tests/kafka/", "tests/chaos/", "tests/realtraffic/", "tests/deploy/test
         "tests/deploy/test_demo.py", "tests/deploy/test_synthetic_app.py", "tests/trust/test_fuzz_",
         "tests/docs/test_readme_dry_run.py", "tests/collector/test_listener_security.py::test_serve_with_no",
         "tests/scorer/test_prices.py", "tests/collector/test_engine_process.py",
-        "tests/scorer/test_judge_client.py::test_cost_of_a_known_model_matches_litellm_cost_map")
+        "tests/scorer/test_judge_client.py::test_cost_of_a_known_model_matches_litellm_cost_map",
+        # Whole sidecars, litellm imports and promtool: seconds each, out of the inner loop.
+        "tests/diagnostics/test_serve_diagnostics.py", "tests/scorer/test_judge_client.py::test_api_key_never_in",
+        "tests/deploy/test_prometheus.py::test_promtool_unit_tests_pass",
+        "tests/collector/test_langfuse_sink.py::test_the_sink_never_holds_up_scoring")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

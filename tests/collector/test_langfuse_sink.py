@@ -11,9 +11,13 @@ import asyncio
 import base64
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import aiohttp
@@ -263,6 +267,21 @@ def test_without_keys_serve_refuses_to_start_and_says_which(
     assert serve_module.run(args) == 2
     err = capsys.readouterr().err
     assert "sink langfuse: set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY" in err and SECRET not in err
+
+
+def test_without_the_sdk_serve_refuses_to_start_and_says_what_to_install(tmp_path: Path) -> None:
+    # A `pip install ctxprec` without the extra: the SDK cannot be imported. A package of that
+    # name that fails to import stands in for its absence, in a process of its own.
+    missing = tmp_path / "langfuse"
+    missing.mkdir()
+    (missing / "__init__.py").write_text("raise ImportError(\"No module named 'langfuse'\")\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LANGFUSE_PUBLIC_KEY": PUBLIC, "LANGFUSE_SECRET_KEY": SECRET}
+    done = subprocess.run([sys.executable, "-m", "ctxprec.collector.cli", "serve", "--sink", "langfuse=http://127.0.0.1:9",
+                           "--otlp-grpc", "off", "--otlp-http", "off", "--metrics", "off"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "the langfuse SDK is not installed" in done.stderr and "pip install 'ctxprec[langfuse]'" in done.stderr
+    assert "Traceback" not in done.stderr and SECRET not in done.stderr
 
 
 async def test_the_sink_never_holds_up_scoring(stub_judge: StubJudge, keys: None) -> None:

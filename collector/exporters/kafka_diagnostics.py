@@ -26,15 +26,13 @@ from typing import Any, Callable
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.scorer.retry import Backoff
-from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
 EXPORTER = "kafka_diagnostics"
 KIND = "ctxprec.noisy_documents"
-CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
 # The body of /diagnostics/documents for every pair: {"slots", "previews", "limit", "summaries": [...]}.
 Summaries = Callable[[], dict[str, Any]]
 
@@ -82,24 +80,8 @@ class KafkaDiagnosticsExporter:
             await self.write_round()
 
     async def _connect(self) -> None:
-        if self._producer is not None:
-            return
-        s = self.settings
-
-        def warn(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome is not None else None
-            log.warning("kafka diagnostics: cannot reach %s (%s); retrying", s.bootstrap, error)
-
-        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
-            with attempt:
-                producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-diagnostics",
-                                            acks="all", linger_ms=5, **s.security.client_options())
-                try:
-                    await producer.start()
-                except KafkaError:
-                    await producer.stop()
-                    raise
-                self._producer = producer
+        if self._producer is None:
+            self._producer = await start_producer(self.settings, "diagnostics", "kafka diagnostics")
 
     def messages(self) -> list[tuple[bytes, bytes]]:
         """(key, value) of each pair's summary as of now."""

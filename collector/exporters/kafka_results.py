@@ -20,11 +20,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.kafka.offsets import SequenceTracker
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Outcome
 from ctxprec.scorer.retry import Backoff
-from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,6 @@ EXPORTER = "kafka_results"
 # A record waits for delivery this many at a time; aiokafka batches them per partition.
 MAX_IN_FLIGHT = 1000
 MAX_REFUSALS = 3
-CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
 SEND_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
 
 
@@ -61,23 +60,7 @@ class KafkaResultsExporter:
         self._sender = asyncio.create_task(self._run(), name="kafka-results")
 
     async def _connect(self) -> None:
-        s = self.settings
-
-        def warn(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome is not None else None
-            log.warning("kafka results: cannot reach %s (%s); retrying", s.bootstrap, error)
-
-        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
-            with attempt:
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-results", acks="all",
-                    linger_ms=5, **s.security.client_options())
-                try:
-                    await producer.start()
-                except KafkaError:
-                    await producer.stop()
-                    raise
-                self._producer = producer
+        self._producer = await start_producer(self.settings, "results", "kafka results")
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued (within `timeout_s`), then close the producer."""

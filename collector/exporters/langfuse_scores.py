@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import aiohttp
 from ctxprec.collector.exporters.attributes import EVALUATION_NAME, score_label
+from ctxprec.collector.exporters.http_backend import HttpBackend
 from ctxprec.collector.exporters.sink_queue import SENT, Result, Unavailable, dropped
 from ctxprec.collector.model import Decision, Outcome
 from ctxprec.collector.scoring.identity import ScorerIdentity
@@ -103,7 +104,7 @@ class LangfuseKeys:
         return "Basic " + base64.b64encode(f"{self.public_key}:{self.secret_key}".encode()).decode("ascii")
 
 
-class LangfuseScores:
+class LangfuseScores(HttpBackend):
     """Builds the scores (`score_of`) and is the `Backend` of a `SinkQueue` for Langfuse."""
 
     def __init__(self, url: str, identity: ScorerIdentity, *, keys: LangfuseKeys, threshold: float = 0.5,
@@ -113,10 +114,8 @@ class LangfuseScores:
         self.identity = identity
         self.threshold = threshold
         self.environment = environment
-        self._headers = {"Authorization": keys.authorization, "Content-Type": "application/json",
-                         "User-Agent": f"ctxprec/{VERSION}"}
-        self._timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
+        super().__init__({"Authorization": keys.authorization, "Content-Type": "application/json",
+                          "User-Agent": f"ctxprec/{VERSION}"}, timeout_s)
 
     def score_of(self, outcome: Outcome) -> Any | None:
         """A `CreateScoreRequest` for an `evaluated` outcome, else None (a failed score sends
@@ -151,21 +150,10 @@ class LangfuseScores:
         # checks a present `environment` against its pattern.
         return self.sdk.CreateScoreRequest(**{k: v for k, v in fields.items() if v is not None})
 
-    async def start(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-                                                  headers=self._headers)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
     async def deliver(self, batch: Sequence[Any]) -> list[Result]:
-        assert self._session is not None, "start() first"
         data = json.dumps(self.sdk.body(batch), ensure_ascii=False).encode()
         try:
-            async with self._session.post(self.url, data=data) as response:
+            async with self.session.post(self.url, data=data) as response:
                 text = await response.text(errors="replace")
                 status = response.status
                 if status in _RETRY_STATUS:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import aiohttp
 from ctxprec.collector.exporters.attributes import EVALUATION_NAME, score_label
+from ctxprec.collector.exporters.http_backend import HttpBackend
 from ctxprec.collector.exporters.sink_queue import (
     SENT,
     Fate,
@@ -122,7 +123,7 @@ def _documents(outcome: Outcome, identity: ScorerIdentity) -> list[dict[str, Any
     return documents
 
 
-class PhoenixAnnotations:
+class PhoenixAnnotations(HttpBackend):
     """The `Backend` of a `SinkQueue` for Phoenix."""
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 10.0) -> None:
@@ -130,22 +131,10 @@ class PhoenixAnnotations:
         # A base URL given as the OTLP traces endpoint means the same server.
         if self.url.endswith("/v1/traces"):
             self.url = self.url[: -len("/v1/traces")]
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json",
-                         "User-Agent": f"ctxprec/{VERSION}"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": f"ctxprec/{VERSION}"}
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-                                                  headers=self._headers)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+            headers["Authorization"] = f"Bearer {api_key}"
+        super().__init__(headers, timeout_s)
 
     async def deliver(self, batch: Sequence[Annotations]) -> list[Result]:
         results: dict[int, Result] = {}
@@ -193,9 +182,8 @@ class PhoenixAnnotations:
         return [later(NOT_FOUND, text[:200]) if item.span_id in named else next(sent) for item in items]
 
     async def _post(self, path: str, data: list[dict[str, Any]]) -> tuple[int, str]:
-        assert self._session is not None, "start() first"
         try:
-            async with self._session.post(self.url + path, json={"data": data}) as response:
+            async with self.session.post(self.url + path, json={"data": data}) as response:
                 text = await response.text(errors="replace")
                 if response.status in _RETRY_STATUS:
                     raise Unavailable(f"HTTP {response.status}", parse_retry_after(response.headers.get("Retry-After")))

@@ -1,2 +1,2 @@
-"""Kafka parts shared by the Kafka receiver and the Kafka results exporter: connection settings
-and the bookkeeping of what has been done."""
+"""Kafka parts shared by the Kafka receiver and the Kafka exporters: connection settings,
+reaching the brokers, and the bookkeeping of what has been done."""

@@ -72,7 +72,7 @@ def _label_values() -> str:
     from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
 
     rows.append(("`outcome` (`ctxprec_judge_requests_total`)",
-                 ", ".join(f"`{o}`" for o in REQUEST_OUTCOMES) + f"; for the `local` judge "
+                 ", ".join(f"`{o}`" for o in REQUEST_OUTCOMES) + "; for the `local` judge "
                  + ", ".join(f"`{o}`" for o in LOCAL_OUTCOMES)))
     lines = ["## Label values", "", "| label | values |", "|---|---|"]
     lines += [f"| {label} | {values} |" for label, values in rows]

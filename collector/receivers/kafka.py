@@ -52,6 +52,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.connect import until_connected
 from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
@@ -67,13 +68,11 @@ from ctxprec.collector.receivers.kafka_messages import (
 )
 from ctxprec.collector.sampling.sampler import TraceSampler
 from ctxprec.scorer.retry import Backoff
-from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
 RECEIVER = "kafka"
 FETCH_TIMEOUT_MS = 100
-CONNECT_BACKOFF = Backoff(base_s=0.5, cap_s=10.0)  # a broker not up yet: keep trying, quietly
 READ_BACKOFF = Backoff(base_s=0.1, cap_s=5.0)
 # Take everything the fetcher holds at once: aiokafka sends a node its next fetch only when no
 # partition of that node has records left, so draining the buffer lets the broker round trip
@@ -155,14 +154,11 @@ class KafkaReceiver:
         self._task = asyncio.create_task(self._main(), name="kafka-receiver")
 
     async def _main(self) -> None:
-        def warn(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome is not None else None
-            log.warning("kafka receiver: cannot reach %s (%s); retrying", self.settings.bootstrap, error)
+        async def connect() -> None:
+            if not self._stopping:
+                await self._connect()
 
-        async for attempt in CONNECT_BACKOFF.retrying(retry_on=KafkaError, on_retry=warn):
-            with attempt:
-                if not self._stopping:
-                    await self._connect()
+        await until_connected(connect, self.settings, "kafka receiver")
         if not self._stopping:
             self._committer = asyncio.create_task(self._commit_loop(), name="kafka-commits")
             await self._run()

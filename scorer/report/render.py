@@ -5,10 +5,15 @@ from datetime import datetime, timezone
 from html import escape
 from importlib import resources
 from string import Template
-from typing import Any, Sequence
+from typing import Any
 
+import ctxprec.scorer.report.html as pieces
 from ctxprec.scorer.report.load import LoadedRecords
-from ctxprec.scorer.report.render_documents import never_relevant_section, noisy_documents_section, top_k_section
+from ctxprec.scorer.report.render_documents import (
+    never_relevant_section,
+    noisy_documents_section,
+    top_k_section,
+)
 from ctxprec.scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
 from ctxprec.scorer.report.svg import Bar, Point, bar_chart, line_chart
 
@@ -45,36 +50,13 @@ def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
     )
 
 
-def _pct(value: float | None) -> str:
-    return "&ndash;" if value is None else f"{value * 100:.1f}%"
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return "&ndash;" if value is None else f"{value:.{digits}f}"
-
-
-def _section(section_id: str, heading: str, inner: str) -> str:
-    return f'<section id="{section_id}"><h2>{escape(heading)}</h2>{inner}</section>'
-
-
-def _table(headers: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]]) -> str:
-    def cell(tag: str, content: str, numeric: bool) -> str:
-        return f'<{tag} class="num">{content}</{tag}>' if numeric else f"<{tag}>{content}</{tag}>"
-
-    head = "".join(cell("th", escape(h), num) for h, num in headers)
-    body = "".join(
-        "<tr>" + "".join(cell("td", value, num) for value, (_, num) in zip(row, headers)) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _problems(loaded: LoadedRecords) -> str:
     if not loaded.problem_count:
         return ""
     shown = "".join(f"<li>{escape(p)}</li>" for p in loaded.problems)
     more = loaded.problem_count - len(loaded.problems)
     tail = f"<li>&hellip; and {more} more</li>" if more else ""
-    return _section(
+    return pieces.section(
         "problems",
         "Lines skipped",
         f'<p class="notice">{loaded.problem_count} line(s) of the input are not score records and were left out '
@@ -88,18 +70,18 @@ def _summary(data: ReportData) -> str:
         ("records", str(data.total)),
         ("scored", str(data.scored)),
         ("failed", str(data.failed)),
-        ("mean score (0..1)", _num(data.mean)),
+        ("mean score (0..1)", pieces.num(data.mean)),
         ("scale", scales),
     ]
     inner = '<div class="cards">' + "".join(
         f'<div class="card" data-key="{escape(k)}"><div class="v">{v}</div><div class="k">{escape(k)}</div></div>' for k, v in cards
     ) + "</div>"
-    return _section("summary", "Summary", inner)
+    return pieces.section("summary", "Summary", inner)
 
 
 def _distribution(data: ReportData) -> str:
     if not data.scored:
-        return _section("distribution", "Score distribution", '<p class="note">No scored samples.</p>')
+        return pieces.section("distribution", "Score distribution", '<p class="note">No scored samples.</p>')
     width = 1 / HISTOGRAM_BINS
     bars = []
     for i, count in enumerate(data.histogram):
@@ -107,7 +89,7 @@ def _distribution(data: ReportData) -> str:
         closing = "]" if i == HISTOGRAM_BINS - 1 else ")"
         bars.append(Bar(label=f"{low:.1f}", value=count, tooltip=f"[{low:.1f}, {high:.1f}{closing}: {count} samples"))
     chart = bar_chart("Score distribution", bars, x_label="score (bin start; last bin includes 1.0)")
-    return _section(
+    return pieces.section(
         "distribution",
         "Score distribution",
         f'<p class="note">How many samples fell in each tenth of the 0..1 score range.</p>{chart}',
@@ -116,7 +98,7 @@ def _distribution(data: ReportData) -> str:
 
 def _over_time(data: ReportData) -> str:
     if not data.time_series:
-        return _section("over-time", "Score over time", '<p class="note">No record carries a readable time.</p>')
+        return pieces.section("over-time", "Score over time", '<p class="note">No record carries a readable time.</p>')
     points = [
         Point(x=p.start, y=p.mean, tooltip=f"{_when(p.start)}: mean {p.mean:.3f} over {p.count} samples")
         for p in data.time_series
@@ -128,7 +110,7 @@ def _over_time(data: ReportData) -> str:
         x_labels=(_when(first), _when(last)),
         x_label=f"time ({data.time_source}), buckets of {_bucket(data.time_bucket_s)}",
     )
-    return _section(
+    return pieces.section(
         "over-time",
         "Score over time",
         f'<p class="note">Mean score per {_bucket(data.time_bucket_s)}, by {escape(data.time_source)}.</p>{chart}',
@@ -137,7 +119,7 @@ def _over_time(data: ReportData) -> str:
 
 def _rank_relevance(data: ReportData) -> str:
     if not data.ranks:
-        return _section("rank-relevance", "Relevance rate by rank", '<p class="note">No verdicts to count.</p>')
+        return pieces.section("rank-relevance", "Relevance rate by rank", '<p class="note">No verdicts to count.</p>')
     bars = [
         Bar(label=str(r.rank), value=round(r.rate, 4), tooltip=f"rank {r.rank}: {r.relevant} of {r.judged} relevant ({r.rate:.1%})")
         for r in data.ranks
@@ -150,9 +132,9 @@ def _rank_relevance(data: ReportData) -> str:
             f"{TOP_K_HINT_RATE:.0%} of the time: a top-k of {data.top_k_hint} would keep almost every relevant "
             "context while sending fewer tokens to the LLM.</p>"
         )
-    rows = [[str(r.rank), str(r.judged), str(r.relevant), _pct(r.rate)] for r in data.ranks]
-    table = _table([("rank", True), ("judged", True), ("relevant", True), ("relevance rate", True)], rows)
-    return _section(
+    rows = [[str(r.rank), str(r.judged), str(r.relevant), pieces.pct(r.rate)] for r in data.ranks]
+    table = pieces.table([("rank", True), ("judged", True), ("relevant", True), ("relevance rate", True)], rows)
+    return pieces.section(
         "rank-relevance",
         "Relevance rate by rank",
         '<p class="note">The fraction of contexts at each rank that the judge found relevant. '
@@ -163,13 +145,13 @@ def _rank_relevance(data: ReportData) -> str:
 
 def _services(data: ReportData) -> str:
     rows = [
-        [escape(s.service), str(s.count), _num(s.mean), _num(s.p10), _pct(s.hit_rate), str(s.failures)]
+        [escape(s.service), str(s.count), pieces.num(s.mean), pieces.num(s.p10), pieces.pct(s.hit_rate), str(s.failures)]
         for s in data.services
     ]
-    table = _table(
+    table = pieces.table(
         [("service", False), ("count", True), ("mean", True), ("p10", True), ("hit rate", True), ("failures", True)], rows
     )
-    return _section(
+    return pieces.section(
         "services",
         "By service",
         '<p class="note">Scores on 0..1. p10: nine in ten samples score at least this. '
@@ -179,12 +161,12 @@ def _services(data: ReportData) -> str:
 
 def _lowest(data: ReportData) -> str:
     if not data.lowest:
-        return _section("lowest", "Lowest-scoring samples", '<p class="note">No scored samples.</p>')
+        return pieces.section("lowest", "Lowest-scoring samples", '<p class="note">No scored samples.</p>')
     rows = []
     for record in data.lowest:
         rows.append(
             [
-                _num(record.get("score"), 2),
+                pieces.num(record.get("score"), 2),
                 escape(str(record.get("service") or "")),
                 _ids(record),
                 str(record.get("k", "")),
@@ -192,21 +174,21 @@ def _lowest(data: ReportData) -> str:
                 escape(_cut(str(record.get("reason") or ""))),
             ]
         )
-    table = _table(
+    table = pieces.table(
         [("score", True), ("service", False), ("trace / span", False), ("k", True), ("first relevant", True), ("reason", False)],
         rows,
     )
-    return _section("lowest", "Lowest-scoring samples", table)
+    return pieces.section("lowest", "Lowest-scoring samples", table)
 
 
 def _failures(data: ReportData) -> str:
     if not data.failures:
-        return _section("failures", "Failures", '<p class="note">No failures.</p>')
+        return pieces.section("failures", "Failures", '<p class="note">No failures.</p>')
     rows = [
         [escape(g.kind), str(g.count), "<br>".join(escape(_cut(m)) for m in g.examples)] for g in data.failures
     ]
-    table = _table([("error type", False), ("count", True), ("examples", False)], rows)
-    return _section("failures", "Failures", table)
+    table = pieces.table([("error type", False), ("count", True), ("examples", False)], rows)
+    return pieces.section("failures", "Failures", table)
 
 
 def _ids(record: dict[str, Any]) -> str:

@@ -1,12 +1,17 @@
-"""What every benchmark script shares: the machine description stored with each result, and
-writing the result to bench/results/<name>.json (which bench.run_all renders)."""
+"""What the benchmark scripts share: the machine description stored with each result, writing
+the result to bench/results/<name>.json (which bench.run_all renders), and, for those that run
+`ctxprec serve`, ports, readiness, process CPU and OpenInference RAG requests."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import platform
+import random
+import socket
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Optional
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -23,3 +28,95 @@ def write_result(name: str, data: dict[str, Any], *, quick: bool = False) -> Pat
     path = folder / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+# -- what the benchmarks that run `ctxprec serve` share --------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout:g} s")
+
+
+async def wait_http(url: str, timeout: float = 60.0) -> None:
+    """Until `url` answers 200 (a sidecar's /readyz, Phoenix's UI)."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def process_cpu_s(process: Any) -> float:
+    """CPU seconds of a psutil process and its children."""
+    times = process.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+Documents = Callable[[], list[tuple[Optional[str], str]]]  # (document id or None, content), in rank order
+
+
+def rag_request(rng: random.Random, traces: int, *, resource: Mapping[str, str], documents: Documents,
+                retriever: Callable[[], tuple[str, Mapping[str, str]]] = lambda: ("retrieve", {}),
+                root_kind: str | None = None) -> bytes:
+    """`traces` OpenInference RAG traces (root, retriever, LLM), ended now, in one OTLP request.
+    `retriever()` gives the retriever span's name and extra attributes."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    def kv(key: str, value: str) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(string_value=value))
+
+    answer = "Open settings and reset the password."
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    for key, value in resource.items():
+        rs.resource.attributes.append(kv(key, value))
+    ss = rs.scope_spans.add()
+    ss.scope.name = "bench"
+    now = time.time_ns()
+    for _ in range(traces):
+        trace_id = rng.getrandbits(128).to_bytes(16, "big")
+        root_id, ret_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
+        root = ss.spans.add(trace_id=trace_id, span_id=root_id, name="rag",
+                            start_time_unix_nano=now - 50_000_000, end_time_unix_nano=now)
+        if root_kind:
+            root.attributes.append(kv("openinference.span.kind", root_kind))
+        root.attributes.append(kv("output.value", answer))
+        name, extra = retriever()
+        ret = ss.spans.add(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id, name=name,
+                           start_time_unix_nano=now - 40_000_000, end_time_unix_nano=now - 30_000_000)
+        ret.attributes.append(kv("openinference.span.kind", "RETRIEVER"))
+        ret.attributes.append(kv("input.value", "How do I reset my password?"))
+        for key, value in extra.items():
+            ret.attributes.append(kv(key, value))
+        for rank, (doc_id, content) in enumerate(documents()):
+            if doc_id is not None:
+                ret.attributes.append(kv(f"retrieval.documents.{rank}.document.id", doc_id))
+            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.content", content))
+        llm = ss.spans.add(trace_id=trace_id, span_id=llm_id, parent_span_id=root_id, name="llm",
+                           start_time_unix_nano=now - 25_000_000, end_time_unix_nano=now - 1_000_000)
+        llm.attributes.append(kv("openinference.span.kind", "LLM"))
+        llm.attributes.append(kv("output.value", answer))
+    return request.SerializeToString()

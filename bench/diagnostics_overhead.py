@@ -28,7 +28,6 @@ import gc
 import itertools
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, write_result
+from bench.common import (
+    free_port,
+    machine,
+    process_cpu_s,
+    rag_request,
+    wait_http,
+    write_result,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = 5000
@@ -187,47 +193,14 @@ def in_process(count: int, rounds: int, with_ids: bool) -> dict[str, Any]:
 # --- part 2: through `ctxprec serve` --------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def build_request(rng: random.Random, pick: Any, traces: int) -> bytes:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    def documents() -> list[tuple[str | None, str]]:
+        return [(f"kb-{doc}", ("[relevant]" if rng.random() < (0.7 if rank < 3 else 0.15) else "[irrelevant]")
+                 + f" {document_text(doc)}") for rank, doc in enumerate(pick(CONTEXTS))]
 
-    def kv(key: str, value: str) -> KeyValue:
-        return KeyValue(key=key, value=AnyValue(string_value=value))
-
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    rs.resource.attributes.append(kv("service.name", SERVICE))
-    rs.resource.attributes.append(kv("tenant.tier", rng.choice(["free", "pro"])))
-    ss = rs.scope_spans.add()
-    ss.scope.name = "bench"
-    now = time.time_ns()
-    for _ in range(traces):
-        trace_id = rng.getrandbits(128).to_bytes(16, "big")
-        root_id, ret_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
-        root = ss.spans.add(trace_id=trace_id, span_id=root_id, name="rag",
-                            start_time_unix_nano=now - 50_000_000, end_time_unix_nano=now)
-        root.attributes.append(kv("output.value", "Open settings and reset the password."))
-        ret = ss.spans.add(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id,
-                           name=rng.choice(["dense", "bm25"]),
-                           start_time_unix_nano=now - 40_000_000, end_time_unix_nano=now - 30_000_000)
-        ret.attributes.append(kv("openinference.span.kind", "RETRIEVER"))
-        ret.attributes.append(kv("input.value", "How do I reset my password?"))
-        ret.attributes.append(kv("index.version", rng.choice(["v1", "v2"])))
-        for rank, doc in enumerate(pick(CONTEXTS)):
-            marker = "[relevant]" if rng.random() < (0.7 if rank < 3 else 0.15) else "[irrelevant]"
-            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.id", f"kb-{doc}"))
-            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.content", f"{marker} {document_text(doc)}"))
-        llm = ss.spans.add(trace_id=trace_id, span_id=llm_id, parent_span_id=root_id, name="llm",
-                           start_time_unix_nano=now - 25_000_000, end_time_unix_nano=now - 1_000_000)
-        llm.attributes.append(kv("openinference.span.kind", "LLM"))
-        llm.attributes.append(kv("output.value", "Open settings and reset the password."))
-    return request.SerializeToString()
+    return rag_request(rng, traces, resource={"service.name": SERVICE, "tenant.tier": rng.choice(["free", "pro"])},
+                       documents=documents,
+                       retriever=lambda: (rng.choice(["dense", "bm25"]), {"index.version": rng.choice(["v1", "v2"])}))
 
 
 async def _scrape(session: Any, url: str) -> dict[str, float]:
@@ -245,27 +218,6 @@ async def _scrape(session: Any, url: str) -> dict[str, float]:
     return out
 
 
-async def _wait_http(url: str, timeout: float = 60.0) -> None:
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def _cpu(proc: Any) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
 @dataclass
 class ServeRun:
     diagnostics: bool
@@ -281,12 +233,12 @@ class ServeRun:
 
 
 async def _serve_run(diagnostics: bool, judge_url: str, rate: float, seconds: float, seed: int) -> ServeRun:
-    import aiohttp
-    import psutil
-
     import json
     import os
     import tempfile
+
+    import aiohttp
+    import psutil
 
     http_port, metrics_port = free_port(), free_port()
     stats_path = Path(tempfile.mkdtemp(prefix="ctxprec-bench-")) / "sinks.json"
@@ -298,7 +250,7 @@ async def _serve_run(diagnostics: bool, judge_url: str, rate: float, seconds: fl
     child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     try:
-        await _wait_http(f"http://127.0.0.1:{metrics_port}/readyz")
+        await wait_http(f"http://127.0.0.1:{metrics_port}/readyz")
         proc = psutil.Process(child.pid)
         rng = random.Random(seed)
         pick = zipf_picker(rng)
@@ -336,10 +288,10 @@ async def _serve_run(diagnostics: bool, judge_url: str, rate: float, seconds: fl
 
             warm = await offer(2.0)
             before = await settle(warm)
-            cpu0 = _cpu(proc)
+            cpu0 = process_cpu_s(proc)
             offered = await offer(seconds)
             after = await settle(sum(v for k, v in before.items() if ":" not in k) + offered)
-            cpu1 = _cpu(proc)
+            cpu1 = process_cpu_s(proc)
         evaluated = int(after.get("evaluated", 0) - before.get("evaluated", 0))
         ks = {k.split(":", 1)[1]: v for k, v in after.items() if k.startswith("recommended_k:")}
     finally:
@@ -359,7 +311,7 @@ async def through_serve(rate: float, seconds: float, pairs: int) -> dict[str, An
                               "--latency-ms", "5"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs: list[ServeRun] = []
     try:
-        await _wait_http(f"http://127.0.0.1:{judge_port}/healthz")
+        await wait_http(f"http://127.0.0.1:{judge_port}/healthz")
         url = f"http://127.0.0.1:{judge_port}/v1"
         for i in range(pairs):
             order = (False, True) if i % 2 == 0 else (True, False)

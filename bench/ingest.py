@@ -18,7 +18,6 @@ import asyncio
 import json
 import multiprocessing
 import random
-import socket
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from bench.common import machine, write_result
+from bench.common import free_port, machine, wait_port, write_result
 
 SPANS_PER_TRACE = 8
 _WORDS = ("password reset account billing invoice refund shipping order login security email "
@@ -166,23 +165,6 @@ def _discard_server(port: int) -> None:
             await server.serve_forever()
 
     asyncio.run(serve())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"discard endpoint on port {port} did not start")
 
 
 class _DecidingSink:

@@ -20,65 +20,30 @@ import asyncio
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import write_result
+from bench.common import free_port, rag_request, wait_http, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "overload-app"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _kv(key: str, value: str) -> KeyValue:
-    return KeyValue(key=key, value=AnyValue(string_value=value))
-
-
 def build_request(rng: random.Random, traces: int) -> bytes:
     """`traces` RAG traces (root, OpenInference retriever with 4 documents, LLM), ended now."""
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    rs.resource.attributes.append(_kv("service.name", SERVICE))
-    ss = rs.scope_spans.add()
-    ss.scope.name = "bench"
-    now = time.time_ns()
-    for _ in range(traces):
-        trace_id = rng.getrandbits(128).to_bytes(16, "big")
-        root_id, ret_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
-        root = ss.spans.add(trace_id=trace_id, span_id=root_id, name="rag",
-                            start_time_unix_nano=now - 50_000_000, end_time_unix_nano=now)
-        root.attributes.append(_kv("output.value", "Open settings and reset the password."))
-        ret = ss.spans.add(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id, name="kb",
-                           start_time_unix_nano=now - 40_000_000, end_time_unix_nano=now - 30_000_000)
-        ret.attributes.append(_kv("openinference.span.kind", "RETRIEVER"))
-        ret.attributes.append(_kv("input.value", "How do I reset my password?"))
-        for i in range(4):
-            marker = "[relevant]" if rng.random() < 0.6 else "[irrelevant]"
-            ret.attributes.append(_kv(f"retrieval.documents.{i}.document.content",
-                                      f"{marker} document {rng.getrandbits(32)} about accounts " * 4))
-        llm = ss.spans.add(trace_id=trace_id, span_id=llm_id, parent_span_id=root_id, name="llm",
-                           start_time_unix_nano=now - 25_000_000, end_time_unix_nano=now - 1_000_000)
-        llm.attributes.append(_kv("openinference.span.kind", "LLM"))
-        llm.attributes.append(_kv("output.value", "Open settings and reset the password."))
-    return request.SerializeToString()
+    def documents() -> list[tuple[str | None, str]]:
+        return [(None, f"{'[relevant]' if rng.random() < 0.6 else '[irrelevant]'} document {rng.getrandbits(32)} "
+                       f"about accounts " * 4) for _ in range(4)]
+
+    return rag_request(rng, traces, resource={"service.name": SERVICE}, documents=documents,
+                       retriever=lambda: ("kb", {}))
 
 
 @dataclass
@@ -153,20 +118,6 @@ async def run_phase(phase: Phase, session: aiohttp.ClientSession, ingest_url: st
     if pending:
         await asyncio.wait(pending, timeout=10)
     phase.end = await scrape(session, metrics_url)
-
-
-async def wait_http(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

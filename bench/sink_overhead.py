@@ -23,7 +23,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, write_result
+from bench.common import (
+    free_port,
+    machine,
+    process_cpu_s,
+    rag_request,
+    wait_http,
+    write_result,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "bench-sink"
@@ -44,64 +50,15 @@ WORDS = ("password reset account billing invoice refund shipping order login sec
          "support ticket subscription plan upgrade cancel device mobile app").split()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def build_request(rng: random.Random, traces: int, project: str) -> bytes:
     """`traces` OpenInference RAG traces (root, retriever with 5 documents, LLM) in one request."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    def documents() -> list[tuple[str | None, str]]:
+        return [(f"kb-{rng.randrange(5000)}",
+                 ("[relevant]" if rng.random() < (0.7 if rank < 3 else 0.15) else "[irrelevant]") + " "
+                 + " ".join(rng.choice(WORDS) for _ in range(rng.randint(50, 150)))) for rank in range(CONTEXTS)]
 
-    def kv(key: str, value: str) -> KeyValue:
-        return KeyValue(key=key, value=AnyValue(string_value=value))
-
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    rs.resource.attributes.append(kv("service.name", SERVICE))
-    rs.resource.attributes.append(kv("openinference.project.name", project))
-    ss = rs.scope_spans.add()
-    ss.scope.name = "bench"
-    now = time.time_ns()
-    for _ in range(traces):
-        trace_id = rng.getrandbits(128).to_bytes(16, "big")
-        root_id, ret_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
-        root = ss.spans.add(trace_id=trace_id, span_id=root_id, name="rag",
-                            start_time_unix_nano=now - 50_000_000, end_time_unix_nano=now)
-        root.attributes.append(kv("openinference.span.kind", "CHAIN"))
-        root.attributes.append(kv("output.value", "Open settings and reset the password."))
-        ret = ss.spans.add(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id, name="retrieve",
-                           start_time_unix_nano=now - 40_000_000, end_time_unix_nano=now - 30_000_000)
-        ret.attributes.append(kv("openinference.span.kind", "RETRIEVER"))
-        ret.attributes.append(kv("input.value", "How do I reset my password?"))
-        for rank in range(CONTEXTS):
-            marker = "[relevant]" if rng.random() < (0.7 if rank < 3 else 0.15) else "[irrelevant]"
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(50, 150)))
-            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.id", f"kb-{rng.randrange(5000)}"))
-            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.content", f"{marker} {text}"))
-        llm = ss.spans.add(trace_id=trace_id, span_id=llm_id, parent_span_id=root_id, name="llm",
-                           start_time_unix_nano=now - 25_000_000, end_time_unix_nano=now - 1_000_000)
-        llm.attributes.append(kv("openinference.span.kind", "LLM"))
-        llm.attributes.append(kv("output.value", "Open settings and reset the password."))
-    return request.SerializeToString()
-
-
-async def _wait_http(url: str, timeout: float = 60.0) -> None:
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
+    return rag_request(rng, traces, resource={"service.name": SERVICE, "openinference.project.name": project},
+                       documents=documents, root_kind="CHAIN")
 
 
 async def _scrape(session: Any, url: str) -> dict[str, float]:
@@ -123,11 +80,6 @@ async def _scrape(session: Any, url: str) -> dict[str, float]:
             elif sample.name == "ctxprec_export_dropped_total" and labels.get("exporter") == "phoenix":
                 out["sink_dropped"] += sample.value
     return out
-
-
-def _cpu(proc: Any) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 @dataclass
@@ -161,7 +113,7 @@ async def _run(sink: bool, phoenix_url: str, judge_url: str, rate: float, second
     child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env={**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     try:
-        await _wait_http(f"http://127.0.0.1:{metrics_port}/readyz")
+        await wait_http(f"http://127.0.0.1:{metrics_port}/readyz")
         proc = psutil.Process(child.pid)
         rng = random.Random(seed)
         ingest = f"http://127.0.0.1:{http_port}/v1/traces"
@@ -202,10 +154,10 @@ async def _run(sink: bool, phoenix_url: str, judge_url: str, rate: float, second
 
             warm = await offer(2.0)
             before, _ = await settle(warm, 3.0)
-            cpu0 = _cpu(proc)
+            cpu0 = process_cpu_s(proc)
             offered = await offer(seconds)
             after, settle_s = await settle(warm + offered, TAIL_S)
-            cpu1 = _cpu(proc)
+            cpu1 = process_cpu_s(proc)
     finally:
         child.send_signal(signal.SIGTERM)
         try:
@@ -224,7 +176,6 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
     outcomes (5 judged contexts each) are emitted to a Phoenix sink, and the process CPU from the
     first emit until the last annotation is written is divided by the scores."""
     import aiohttp
-
     from ctxprec.collector.exporters.config import ExportConfig
     from ctxprec.collector.exporters.sinks import build_sinks
     from ctxprec.collector.metrics.registry import Metrics
@@ -233,7 +184,9 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
     from ctxprec.scorer.precision import summarize
     from ctxprec.scorer.reason import build_reason
     from ctxprec.scorer.result import ScoreResult, Verdict
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
     rng = random.Random(7)
     bodies = [build_request(rng, 50, f"{SERVICE}-alone") for _ in range(max(1, scores // 50))]
@@ -317,7 +270,7 @@ async def main_async(rate: float, seconds: float, pairs: int) -> dict[str, Any]:
                               "--latency-ms", "5"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs: list[Run] = []
     try:
-        await _wait_http(f"http://127.0.0.1:{judge_port}/healthz")
+        await wait_http(f"http://127.0.0.1:{judge_port}/healthz")
         judge_url = f"http://127.0.0.1:{judge_port}/v1"
         for i in range(pairs):
             for sink in ((False, True) if i % 2 == 0 else (True, False)):

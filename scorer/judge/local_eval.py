@@ -7,7 +7,12 @@ id, language and style):
 - `en-dev`, `en-heldout`: 160 English cases in several labelling styles;
 - `fr-dev`, `fr-heldout`, `ja-dev`, `ja-heldout`: French and Japanese cases;
 - `en-dev2`, `fr-dev2`, `ja-dev2`: a second development split, written (and committed) before
-  the judge changes tuned on it.
+  the judge changes tuned on it;
+- a third round in eleven styles (paraphrase, low-overlap, numbers, table, code, faq, domain,
+  long, near-duplicate, negation, multi-hop): `en-dev3` / `en-heldout2` (60 cases each),
+  `fr-dev3` / `fr-heldout2`, `ja-dev3` / `ja-heldout2` and `de`, `es`, `pt`, `it`, `nl`, `zh`,
+  `ko` `-dev` / `-heldout` (15 cases each), and `mixed-dev` / `mixed-heldout`: contexts in
+  another language than the answer, and languages the judge has no word rules for.
 
 Every set was labelled before the judge was tuned on it, and labels are never changed to suit
 the judge. Rules and thresholds may be chosen on the dev splits only; the held-out splits
@@ -41,6 +46,16 @@ SETS: dict[str, str] = {
     "en-dev2": "local_cases_en_dev2.jsonl",
     "fr-dev2": "local_cases_fr_dev2.jsonl",
     "ja-dev2": "local_cases_ja_dev2.jsonl",
+    # The third round (issue 23): eleven styles, ten languages, cross-language and unsupported
+    # languages; written and committed before the judge was changed for them.
+    "en-dev3": "local_cases_en_dev3.jsonl",
+    "en-heldout2": "local_cases_en_heldout2.jsonl",
+    "fr-dev3": "local_cases_fr_dev3.jsonl",
+    "fr-heldout2": "local_cases_fr_heldout2.jsonl",
+    "ja-dev3": "local_cases_ja_dev3.jsonl",
+    "ja-heldout2": "local_cases_ja_heldout2.jsonl",
+    **{f"{lang}-{split}": f"local_cases_{lang}_{split}.jsonl"
+       for lang in ("de", "es", "pt", "it", "nl", "zh", "ko", "mixed") for split in ("dev", "heldout")},
 }
 
 

@@ -168,6 +168,28 @@ def test_sets_are_big_enough_and_split() -> None:
         assert not dev & {c["question"] for c in load_cases(f"{language}-heldout")}
 
 
+STYLES = ("paraphrase", "low-overlap", "numbers", "table", "code", "faq", "domain", "long", "near-duplicate",
+          "negation", "multi-hop")
+THIRD_ROUND = {"en": ("en-dev3", "en-heldout2"), "fr": ("fr-dev3", "fr-heldout2"), "ja": ("ja-dev3", "ja-heldout2"),
+               **{lang: (f"{lang}-dev", f"{lang}-heldout") for lang in ("de", "es", "pt", "it", "nl", "zh", "ko")}}
+
+
+def test_third_round_sets_cover_every_style_and_language_in_both_splits() -> None:
+    for language, names in THIRD_ROUND.items():
+        for name in names:
+            cases = load_cases(name)
+            assert {c["language"] for c in cases} == {language}, name
+            styles = [c["style"] for c in cases]
+            if language == "en":
+                assert len(cases) >= 60 and all(styles.count(style) >= 4 for style in STYLES), name
+            else:
+                assert len(cases) >= 15 and set(styles) == set(STYLES), name
+    # No question, in any language, is in a development split and a held-out one.
+    dev = {c["question"].strip().lower() for name in SETS if "heldout" not in name for c in load_cases(name)}
+    heldout = {c["question"].strip().lower() for name in SETS if "heldout" in name for c in load_cases(name)}
+    assert not dev & heldout
+
+
 def test_local_scorer_needs_no_network() -> None:
     # A socket guard in a child process: any connection attempt would raise.
     code = (

@@ -138,14 +138,14 @@ class LocalJudge:
     def _decide(self, text: str, side: "_Sample") -> Finding:
         parts = sentences(text)
         compounds = side.language.code in _COMPOUNDING or side.is_fallback
-        whole = with_head(text, side.language, side.terms_of(text))
         if len(parts) <= _WINDOW_OVER:
+            whole = with_head(text, side.language, side.terms_of(text))
             return decide(whole, side.query, side.reference, self.rules, compounds=compounds)
         # A long context: each pair of neighbouring sentences on its own; the best one speaks
         # for the context (one sentence may carry the answer; a distractor's words are spread).
         pieces = [side.terms_of(part) for part in parts]
         windows = [pieces[i].merge(pieces[i + 1]) for i in range(len(pieces) - 1)]
-        windows[0].head, windows[0].head_values = whole.head, whole.head_values
+        with_head(text, side.language, windows[0])
         findings = [decide(w, side.query, side.reference, self.rules, compounds=compounds) for w in windows]
         return max(findings, key=lambda f: (f.relevant, f.score, f.evidence))
 

@@ -14,6 +14,7 @@ denies)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from ctxprec.scorer.judge.local_text import STRONG, WEAK, Terms
 
@@ -194,7 +195,7 @@ def _known(term: str, known: set[str] | frozenset[str], compounds: bool) -> bool
     bare = term.rstrip("()_")
     if term in known or bare in known or bare + "()" in known:
         return True
-    return _near(term, known, compounds) is not None
+    return _Forms(known, compounds).near(term) is not None
 
 
 def _strength(term: str, context: Terms, reference: Terms) -> float:
@@ -213,23 +214,66 @@ def _near_forms(context: Terms, query: Terms, reference: Terms, compounds: bool)
     """(context term, answer term) pairs that are one word in forms the stemmer does not join,
     when neither is the query's."""
     pairs = []
+    answer, asked = _forms(reference, compounds), _forms(query, compounds)
     for term in context.weights:
         if term in reference.weights or term in query.weights:
             continue
-        other = _near(term, reference.weights, compounds)
-        if other is not None and other not in query.weights and _near(term, query.weights, compounds) is None:
+        other = answer.near(term)
+        if other is not None and other not in query.weights and asked.near(term) is None:
             pairs.append((term, other))
     return pairs
 
 
-def _near(term: str, others: dict[str, float] | set[str] | frozenset[str], compounds: bool) -> str | None:
+def _forms(terms: Terms, compounds: bool) -> "_Forms":
+    key = f"forms:{compounds}"
+    found = terms.cache.get(key)
+    if not isinstance(found, _Forms):
+        found = terms.cache[key] = _Forms(terms.weights, compounds)
+    return found
+
+
+class _Forms:
+    """Terms indexed by their first five and last four letters, so that finding another form of
+    a word (`_near`) looks at a handful of candidates, not at every term."""
+
+    def __init__(self, terms: dict[str, float] | set[str] | frozenset[str], compounds: bool) -> None:
+        self.terms, self.compounds = terms, compounds
+        self.heads: dict[str, list[str]] = {}
+        self.tails: dict[str, list[str]] = {}
+        self.cjk: list[str] = []
+        for term in terms:
+            if not term.isalpha():
+                continue
+            if _is_cjk(term):
+                self.cjk.append(term)
+            elif len(term) >= 4:
+                self.heads.setdefault(term[:5], []).append(term)
+                if compounds:
+                    self.tails.setdefault(term[-4:], []).append(term)
+
+    def near(self, term: str) -> str | None:
+        if not term.isalpha():
+            return None
+        if _is_cjk(term):
+            return _near(term, self.cjk, self.compounds) if len(term) >= 2 else None
+        if len(term) < 4:
+            return None
+        candidates = self.heads.get(term[:5], []) + (self.tails.get(term[-4:], []) if self.compounds else [])
+        return _near(term, candidates, self.compounds)
+
+
+def _is_cjk(term: str) -> bool:
+    return not term.isascii() and all(ord(ch) > 0x2E80 for ch in term)
+
+
+def _near(term: str, others: Iterable[str], compounds: bool) -> str | None:
     """A term of `others` that is the same word in another form: one is a prefix of the other,
     at least five letters long ("japan" / "japanese"); in languages that write compounds as one
     word (German, Dutch; Chinese, Japanese and Korean words), also a suffix of at least four
     letters, or two characters ("bremsbelag" / "belag", "罚款" / "逾期罚款")."""
     if not term.isalpha():
         return None
-    cjk = not term.isascii() and all(ord(ch) > 0x2E80 for ch in term)
+    cjk = _is_cjk(term)
     if len(term) < (2 if cjk else 4):
         return None
     for other in others:
@@ -237,7 +281,7 @@ def _near(term: str, others: dict[str, float] | set[str] | frozenset[str], compo
             continue
         short, long = (term, other) if len(term) <= len(other) else (other, term)
         if cjk:
-            if len(short) >= 2 and short in long and all(ord(ch) > 0x2E80 for ch in long):
+            if len(short) >= 2 and short in long and _is_cjk(long):
                 return other
             continue
         if len(short) >= 5 and long.startswith(short):

@@ -71,8 +71,11 @@ def script_of(char: str) -> str | None:
 
 
 def dominant_script(text: str) -> str | None:
+    sample = text[:_SAMPLE_CHARS]
+    if sample.isascii():
+        return "Latin" if any(ch.isalpha() for ch in sample) else None
     counts: dict[str, int] = {}
-    for char, seen in Counter(text[:_SAMPLE_CHARS]).items():
+    for char, seen in Counter(sample).items():
         script = script_of(char)
         if script is not None:
             counts[script] = counts.get(script, 0) + seen

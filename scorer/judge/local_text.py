@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterable
@@ -60,6 +61,8 @@ class Terms:
     # A row or a label's head cell ("| Free |", "Sunday opening hours:"): its terms and names.
     head: dict[str, float] = field(default_factory=dict)
     head_values: dict[str, set[str]] = field(default_factory=dict)
+    # Derived look-ups the decision builds once per text (local_decide._Forms).
+    cache: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def numbers(self) -> set[str]:
@@ -299,6 +302,36 @@ def _stemmer(language: str) -> Callable[[str], str]:
     return stem
 
 
+_STOP, _NUMBER, _SKIP, _WORD = range(4)
+_HAS_DIGIT = re.compile(r"\d")
+
+
+@lru_cache(maxsize=16)
+def _lexicon(language: str) -> Callable[[str], tuple[int, str, float]]:
+    """A lowercased word -> (what it is, its term, its strength), once per distinct word: a
+    stopword (or a negation word: grammar, not content), a spelled-out number (its digits), a
+    term too short to match, or a content word (its stem; weak if its word list says so)."""
+    data = word_data(language)
+    stem = _stemmer(language)
+
+    @lru_cache(maxsize=65536)
+    def look_up(lower: str) -> tuple[int, str, float]:
+        folded = fold_accents(lower)
+        digits = data.numbers.get(lower) or data.numbers.get(folded)
+        if digits is not None:
+            return _NUMBER, digits, 0.0
+        if lower in data.stopwords or folded in data.stopwords or lower in data.negation or lower in data.absence:
+            return _STOP, stem(lower), 0.0
+        base = lower[:-2] if lower.endswith("'s") else lower
+        term = stem(base)
+        if len(term) < 2:
+            return _SKIP, term, 0.0
+        weak = base in data.weak or folded in data.weak or term in data.weak
+        return _WORD, term, WEAK if weak else NORMAL
+
+    return look_up
+
+
 def stem(word: str, language: str) -> str:
     """The term a Latin-script word becomes in `language` (en, de, es, pt, fr, it, nl)."""
     return _stemmer(language)(word.lower())
@@ -320,7 +353,7 @@ def _negated(words: Iterable[str], data: WordData) -> bool:
 def latin_terms(text: str, language: str) -> Terms:
     out = Terms()
     data = word_data(language)
-    stem = _stemmer(language)
+    lexicon = _lexicon(language)
     taken = _times(text, out)
     figures = _numbers(text, out, language, taken)
     _code(text, out)
@@ -350,25 +383,23 @@ def latin_terms(text: str, language: str) -> Terms:
                     match.start() and text[match.start() - 1].isdigit()):
                 out.add(lower + "_", STRONG, raw)
             continue
-        digits = data.numbers.get(lower) or data.numbers.get(fold_accents(lower))
-        if digits is not None:
-            out.add_value(_kind(digits), digits, lower)
-            sequence.append((digits, -1.0, lower, match.start()))
-            continue
-        if any(ch.isdigit() for ch in raw) or _ACRONYM_RE.fullmatch(raw):
-            # "LEDs", "APIs", "CO2": an acronym is not a word to stem ("LED" is not "lead").
-            term = lower[:-1] if raw.endswith("s") and raw[:-1].isupper() else lower
-            strength = NORMAL
-        else:
-            folded = fold_accents(lower)
-            if lower in data.stopwords or folded in data.stopwords or lower in data.negation or lower in data.absence:
-                sequence.append((stem(lower), 0.0, lower, match.start()))
+        if raw.isalpha() or "'" in lower and not _HAS_DIGIT.search(raw):
+            kind, term, strength = lexicon(lower)
+            if kind == _NUMBER:
+                out.add_value(_kind(term), term, lower)
+                sequence.append((term, -1.0, lower, match.start()))
                 continue
-            base = lower[:-2] if lower.endswith("'s") else lower
-            term = stem(base)
-            if len(term) < 2:
+            if kind == _STOP:
+                sequence.append((term, 0.0, lower, match.start()))
                 continue
-            strength = WEAK if base in data.weak or folded in data.weak or term in data.weak else NORMAL
+            if kind == _SKIP:
+                continue
+            if _ACRONYM_RE.fullmatch(raw):
+                # "LEDs", "APIs": an acronym is not a word to stem ("LED" is not "lead").
+                term = lower[:-1] if raw.endswith("s") and raw[:-1].isupper() else lower
+                strength = NORMAL
+        else:  # letters and digits: "CO2", "B12", "MP3"
+            term, strength = lower, NORMAL
         if raw[:1].isupper() and language in _CAPITAL_NAMES:
             if _is_name_like(text, match.start(), raw):
                 strength = STRONG
@@ -386,7 +417,7 @@ def latin_terms(text: str, language: str) -> Terms:
         sequence = sorted(sequence + [(value, -1.0, value, start) for start, _, value in figures], key=lambda e: e[3])
         cues = [i for i, entry in enumerate(sequence) if (entry[3], True) in marks and entry[1] >= 0]
     boundaries = [m.start() for m in _CLAUSE_RE.finditer(text)]
-    clauses = [sum(1 for b in boundaries if b < start) for _, _, _, start in sequence]
+    clauses = [bisect_left(boundaries, start) for _, _, _, start in sequence]
     _negation_scope(cues, [(term, weight) for term, weight, _, _ in sequence], out,
                     both_sides=language in ("de", "nl"), clauses=clauses)
     _labels(figures, sequence, out)

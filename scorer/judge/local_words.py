@@ -28,6 +28,7 @@ from importlib import resources
 SECTIONS = ("stopwords", "weak", "negation", "absence", "numbers", "forms", "endings", "synonyms")
 
 
+@lru_cache(maxsize=65536)
 def fold_accents(word: str) -> str:
     if word.isascii():
         return word

@@ -36,6 +36,10 @@ class Rules:
     # The context's figures differ from the answer's: a veto when figures are much of what the
     # answer says (this share of its weight or more: "$29 per month"), else a penalty.
     figure_share: float = 0.4
+    # Evidence below this needs the question's subject too (one shared word alone is often a
+    # sibling FAQ entry or a neighbouring fact); 0 turns the rule off.
+    alone: float = 0.0
+    alone_max_answer: float = 0.0  # ...unless the answer itself weighs at most this much
     conflict_penalty: float = 2.0
     near_match: float = 0.8  # a word the answer has in another form (one a prefix of the other)
     synonym: float = 1.0  # a word of the same synonym group as one of the answer's
@@ -90,7 +94,8 @@ def decide(context: Terms, query: Terms, reference: Terms, rules: Rules = DEFAUL
     coverage = min(1.0, evidence / answer_weight) if answer_weight else 0.0
     score = 0.0
     conflict = None
-    if evidence >= rules.min_evidence:
+    lone = evidence < rules.alone and topic_weight <= 0 and answer_weight > rules.alone_max_answer
+    if evidence >= rules.min_evidence and not lone:
         score = evidence + rules.topic_bonus * min(topic_weight, rules.topic_cap) + rules.coverage_bonus * coverage
         conflict = _conflict(context, query, reference, rules, bool(near_years), compounds)
         if conflict is None and not near_years and _strong_figures_differ(context, reference):

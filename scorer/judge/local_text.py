@@ -259,7 +259,7 @@ def head_of(text: str) -> str | None:
     if not match:
         return None
     head = match.group(1).strip()
-    if not head or len(head.split()) > 5 or head.endswith(")") and "(" not in head:
+    if not head or len(head.split()) > (6 if _HAS_DIGIT.search(head) else 5) or head.endswith(")") and "(" not in head:
         return None
     return head
 
@@ -584,6 +584,7 @@ def chinese_terms(text: str) -> Terms:
     _negation_scope(cues, sequence, out, both_sides=True, reach=2)
     for cue in cues:  # "不及格": the word is its own negation
         out.negated_terms.add(sequence[cue][0])
+    _cjk_concepts(text, "zh", out)
     return out
 
 
@@ -626,15 +627,21 @@ def japanese_terms(text: str) -> Terms:
     # Japanese denies after the verb: the terms just before the negation are the ones denied.
     for cue in cues:
         out.negated_terms.update([t for t, w in sequence[:cue] if w > 0][-2:])
-    for member, group in _japanese_synonyms():
-        if member in text:
-            out.add_concept(group, NORMAL, member, member)
+    _cjk_concepts(text, "ja", out)
     return out
 
 
-@lru_cache(maxsize=1)
-def _japanese_synonyms() -> tuple[tuple[str, str], ...]:
-    pairs = [(member, "~" + members[0]) for members in word_data("ja").synonyms for member in members]
+def _cjk_concepts(text: str, language: str, out: Terms) -> None:
+    """Synonym groups of a language written without spaces: members are found as substrings,
+    in the form a word takes before its ending (盗ま meets 盗まれた)."""
+    for member, group in _cjk_synonyms(language):
+        if member in text:
+            out.add_concept(group, NORMAL, member, member)
+
+
+@lru_cache(maxsize=4)
+def _cjk_synonyms(language: str) -> tuple[tuple[str, str], ...]:
+    pairs = [(member, "~" + members[0]) for members in word_data(language).synonyms for member in members]
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 
 
@@ -664,6 +671,7 @@ def korean_terms(text: str) -> Terms:
         sequence.append((surface, weight))
     out.negated = bool(cues)
     _negation_scope(cues, sequence, out, both_sides=True, reach=2)
+    _cjk_concepts(text, "ko", out)
     return out
 
 

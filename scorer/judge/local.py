@@ -111,8 +111,8 @@ class LocalJudge:
         answer = _LEADING_ANSWER.sub("", unicodedata.normalize("NFKC", reference)) if reference_kind != "query" else ""
         sample = identify(f"{query}\n{answer}" if answer.strip() else "\n".join((query, *texts)))
         native = _Sample(query, answer, sample)
-        verdicts = []
-        for index, text in enumerate(texts):
+        results: list[tuple[bool, str, str, Finding | None]] = []
+        for text in texts:
             language = identify_context(text, sample)
             reason_note = ""
             if not sample.supported:
@@ -128,10 +128,21 @@ class LocalJudge:
                 side = native
             if reference_kind == "query":
                 relevant, why = self._query_only(text, side)
+                results.append((relevant, why, reason_note, None))
             else:
                 finding = self._decide(text, side)
-                relevant, why = finding.relevant, _why(finding)
-            verdicts.append(Verdict(index, relevant, "local judge: " + why + reason_note))
+                results.append((finding.relevant, _why(finding), reason_note, finding))
+        strongest = max((f.evidence for _, _, _, f in results if f is not None and f.relevant), default=0.0)
+        verdicts = []
+        for index, (relevant, why, note, finding) in enumerate(results):
+            if (finding is not None and relevant and self.rules.sibling_share
+                    and finding.evidence < self.rules.sibling_max and finding.evidence < self.rules.sibling_share * strongest):
+                # A lone word beside a context that names much of the answer: a neighbouring
+                # entry (another FAQ answer, another row), not support of its own.
+                relevant = False
+                why = "does not support the answer" + why.removeprefix("supports the answer") + (
+                    "; it shares only a word with the answer, where another context names much of it")
+            verdicts.append(Verdict(index, relevant, "local judge: " + why + note))
         usage = JudgeUsage(model=self.model, prompt_version=self.prompt_version)
         return JudgeOutcome(verdicts, usage, truncated)
 

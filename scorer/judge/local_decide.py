@@ -36,6 +36,10 @@ class Rules:
     # The context's figures differ from the answer's: a veto when figures are much of what the
     # answer says (this share of its weight or more: "$29 per month"), else a penalty.
     figure_share: float = 0.4
+    # A context whose evidence is under `sibling_max` and under this share of the strongest
+    # relevant context's in the same sample is a neighbouring entry, not support (0: off).
+    sibling_share: float = 0.25
+    sibling_max: float = 1.5
     # Evidence below this needs the question's subject too (one shared word alone is often a
     # sibling FAQ entry or a neighbouring fact); 0 turns the rule off.
     alone: float = 0.0

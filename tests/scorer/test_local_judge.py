@@ -228,8 +228,13 @@ async def test_long_contexts_are_judged_sentence_pair_by_sentence_pair() -> None
 
 
 @pytest.mark.parametrize(("name", "floor"), [
-    ("original", 215 / 231), ("en-dev", 0.9), ("en-heldout", 0.9), ("fr-dev", 0.9), ("fr-heldout", 0.85),
-    ("ja-dev", 0.9), ("ja-heldout", 0.85), ("en-dev2", 0.85), ("fr-dev2", 0.85), ("ja-dev2", 0.85)])
+    ("original", 0.95), ("en-dev", 0.92), ("en-heldout", 0.915), ("fr-dev", 0.92), ("fr-heldout", 0.91),
+    ("ja-dev", 0.94), ("ja-heldout", 0.875), ("en-dev2", 0.86), ("fr-dev2", 0.88), ("ja-dev2", 0.9),
+    ("en-dev3", 0.89), ("en-heldout2", 0.86), ("fr-dev3", 0.84), ("fr-heldout2", 0.83), ("ja-dev3", 0.79),
+    ("ja-heldout2", 0.81), ("de-dev", 0.88), ("de-heldout", 0.86), ("es-dev", 0.93), ("es-heldout", 0.91),
+    ("pt-dev", 0.88), ("pt-heldout", 0.83), ("it-dev", 0.96), ("it-heldout", 0.77), ("nl-dev", 0.94),
+    ("nl-heldout", 0.89), ("zh-dev", 0.89), ("zh-heldout", 0.84), ("ko-dev", 0.84), ("ko-heldout", 0.86),
+    ("mixed-dev", 1.0), ("mixed-heldout", 0.87)])
 def test_agreement_on_every_labelled_set_stays_above_its_floor(name: str, floor: float) -> None:
     # Floors a little under the measured figures (docs/LOCAL_JUDGE.md): a change that loses
     # agreement on any set, held-out ones included, fails here.

@@ -157,10 +157,12 @@ def identify_context(text: str, sample: Language) -> Language:
         if script == sample.script or (script == "Han" and sample.code == "ja"):
             return sample  # Han in a Japanese sample is Japanese (a title, a heading)
         return _by_script(script, text) or Language("un", script, f"an unidentified language in {script} script")
+    ours = _function_words(text, sample.code) if sample.code in LATIN else 0
+    if ours >= 3:  # reads like the sample's language: no need to ask CLD2
+        return sample
     code, reliable = _cld2(text)
     if code == sample.code or code == "un" or not reliable:
         return sample
-    ours = _function_words(text, sample.code) if sample.code in LATIN else 0
     if code in LATIN:
         theirs = _function_words(text, code)
         return Language(code, "Latin", NAMES[code]) if theirs > ours else sample

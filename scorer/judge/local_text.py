@@ -138,6 +138,8 @@ def _clock(hour: int, minute: int, meridiem: str | None, before: str) -> str | N
 def _times(text: str, out: Terms) -> list[tuple[int, int]]:
     """Clock times, as values; returns the spans they took, so their digits are not read again."""
     spans: list[tuple[int, int]] = []
+    if not _HAS_DIGIT.search(text):
+        return spans
 
     def free(start: int, end: int) -> bool:
         return all(end <= s or start >= e for s, e in spans)
@@ -201,6 +203,8 @@ _DOTTED_RE = re.compile(r"\b[A-Za-z_]\w+(?:\.[A-Za-z_]\w*)+")
 def _code(text: str, out: Terms) -> None:
     """Code named in the text: calls (`sorted()`), dotted names (`process.env`), command-line
     options (`--soft`). They compare like figures: `git reset --hard` is not `--soft`."""
+    if "(" not in text and "." not in text and "-" not in text:
+        return
     for call in _CODE_CALL_RE.finditer(text):
         out.add_value("code", call.group(1).lower() + "()", call.group(1) + "()")
     for match in _DOTTED_RE.finditer(text):
@@ -221,7 +225,9 @@ def _kind(value: str) -> str:
 
 def _numbers(text: str, out: Terms, language: str, taken: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
     """Figures outside clock times: (start, end, normalised) in text order."""
-    found = []
+    found: list[tuple[int, int, str]] = []
+    if not _HAS_DIGIT.search(text):
+        return found
     decimal_comma = language in _DECIMAL_COMMA
     for match in _NUMBER_RE.finditer(text):
         start, end = match.span()
@@ -361,13 +367,14 @@ def latin_terms(text: str, language: str) -> Terms:
     sequence: list[tuple[str, float, str, int]] = []  # (term or key, weight or 0, surface, start)
     lowered_words: list[str] = []
     cues: list[int] = []  # positions in `sequence` where a negation word stands
+    eliding, capital_names = language in _ELIDING, language in _CAPITAL_NAMES
     for match in _WORD_RE.finditer(text):
         raw = match.group(0)
         lower = raw.lower().replace("’", "'")
         lowered_words.append(lower)
         if lower in data.negation or lower.endswith("n't"):
             cues.append(len(sequence))
-        if language in _ELIDING:
+        if eliding and "'" in lower:
             cut = _ELISION_RE.match(lower)
             if cut:
                 lowered_words.append(cut.group(0)[:-1])
@@ -394,13 +401,13 @@ def latin_terms(text: str, language: str) -> Terms:
                 continue
             if kind == _SKIP:
                 continue
-            if _ACRONYM_RE.fullmatch(raw):
+            if raw[1:2].isupper() and _ACRONYM_RE.fullmatch(raw):
                 # "LEDs", "APIs": an acronym is not a word to stem ("LED" is not "lead").
                 term = lower[:-1] if raw.endswith("s") and raw[:-1].isupper() else lower
                 strength = NORMAL
         else:  # letters and digits: "CO2", "B12", "MP3"
             term, strength = lower, NORMAL
-        if raw[:1].isupper() and language in _CAPITAL_NAMES:
+        if capital_names and raw[:1].isupper():
             if _is_name_like(text, match.start(), raw):
                 strength = STRONG
             elif term not in out.weights:

@@ -108,6 +108,7 @@ class LocalJudge:
     def _judge(self, query: str, contexts: Sequence[str], reference_kind: ReferenceKind, reference: str,
                fallbacks: list[str]) -> JudgeOutcome:
         texts, truncated = truncate(contexts, self.max_context_chars)
+        texts, query, reference = [_clean(t) for t in texts], _clean(query), _clean(reference)
         answer = _LEADING_ANSWER.sub("", unicodedata.normalize("NFKC", reference)) if reference_kind != "query" else ""
         sample = identify(f"{query}\n{answer}" if answer.strip() else "\n".join((query, *texts)))
         native = _Sample(query, answer, sample)
@@ -175,6 +176,13 @@ class LocalJudge:
 
     async def aclose(self) -> None:
         return None
+
+
+def _clean(text: str) -> str:
+    """Text the analysers can take: lone surrogates (from JSON escapes) and NULs replaced."""
+    if text.isascii():
+        return text.replace("\x00", " ") if "\x00" in text else text
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ")
 
 
 class _Sample:

@@ -93,11 +93,11 @@ def _cld2(text: str) -> tuple[str, bool]:
     """CLD2's best language code for Latin text and whether it calls itself reliable."""
     try:
         reliable, _, details = pycld2.detect(text[:_SAMPLE_CHARS], bestEffort=True)
-    except pycld2.error:  # invalid UTF-8 (lone surrogates): clean it and try once more
+    except (pycld2.error, ValueError):  # invalid UTF-8 (lone surrogates): clean it, try once more
         try:
             cleaned = text[:_SAMPLE_CHARS].encode("utf-8", "ignore").decode("utf-8")
             reliable, _, details = pycld2.detect(cleaned, bestEffort=True)
-        except pycld2.error:
+        except (pycld2.error, ValueError):
             return "un", False
     code = details[0][1] if details else "un"
     return code.split("-")[0], bool(reliable)

@@ -333,3 +333,15 @@ async def test_small_figures_counting_the_same_thing_conflict() -> None:
     )
     assert [v.relevant for v in outcome.verdicts] == [True, False]
     assert "figures differ" in outcome.verdicts[1].reason
+
+
+def test_odd_text_never_breaks_the_judge() -> None:
+    # Lone surrogates (JSON escapes), NULs, emoji only, scripts mixed in one text, impossible clock
+    # times: every context still gets a verdict with a reason.
+    judge = LocalJudge()
+    odd = ["", "\ud800 broken surrogate", "🙂🙂🙂", "東京\x00タワー", "١٢٣ مرحبا", "| | | |", "12:99, 25:00 and 9 am - 13 pm",
+           "한국어 English 日本語 中文 mixed", "가" * 3000]
+    for text in odd:
+        outcome = judge.judge_sync(text or "q", odd, reference_kind="output", reference=text)
+        assert len(outcome.verdicts) == len(odd)
+        assert all(v.reason.startswith("local judge: ") for v in outcome.verdicts)

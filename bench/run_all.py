@@ -23,6 +23,7 @@ BENCHMARKS = [
     "judge_client_cpu",
     "judge_tokens",
     "cold_start",
+    "local_judge",
     "redact",
     "score_throughput",
     "ingest",
@@ -63,6 +64,8 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
                      "chunks_500_chars.prompt_token_ratio_vs_per_context", "<= 0.5, 1 call", lambda r: r <= 0.5),
     "cold_start": ("cold `ctxprec score` CPU and peak RSS, priced / unpriced model name (200 events)",
                    "ratios.cpu_priced_over_unpriced", "<= 1.5 (RSS too)", "goal_met"),
+    "local_judge": ("local judge CPU per judged context, this tree / the baseline ref (cold `ctxprec score` too)",
+                    "ratios.cpu_per_context", "<= 2 (cold score <= 1.2)", "goal_met"),
     "score_throughput": ("`ctxprec score` rate / bare aiohttp client, 10,000 events",
                          "ratio_vs_bare", ">= 0.9", lambda r: r >= 0.9),
     "ingest": ("whole `ctxprec serve` spans per CPU-second (OTLP/HTTP in, span-mode forwarding, 1% judged) / bare "

@@ -53,7 +53,7 @@ from ctxprec.collector.scoring.placement import make_engine
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
-from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
+from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,10 @@ class Pipeline:
         self.kafka_results: Any = None
         self.kafka_diagnostics: Any = None  # exporters.kafka_diagnostics.KafkaDiagnosticsExporter
         self._build_kafka()
+        local = self.engine.model == "local"
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
-                                   judge_outcomes=LOCAL_OUTCOMES if self.engine.model == "local" else REQUEST_OUTCOMES)
+                                   judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
+                                   fallback_reasons=FALLBACK_REASONS if local else ())
         self.metrics_server: MetricsServer | None = None
         if config.metrics.listen is not None:
             host, port = config.metrics.listen

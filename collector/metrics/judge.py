@@ -1,4 +1,5 @@
-"""The judge's `RequestObserver`: one `RequestEvent` per HTTP attempt -> the judge_* metrics."""
+"""The judge's `RequestObserver`: one `RequestEvent` per HTTP attempt -> the judge_* metrics
+(and, from the local judge, its fallbacks -> ctxprec_local_judge_fallback_total)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -16,6 +17,7 @@ class JudgeMetricsObserver:
         self._latency = Children(metrics.judge_latency)
         self._tokens = Children(metrics.judge_tokens)
         self._cost = Children(metrics.judge_cost)
+        self._fallback = Children(metrics.local_judge_fallback)
 
     def __call__(self, event: RequestEvent) -> None:
         model = event.model or "unknown"
@@ -28,6 +30,8 @@ class JudgeMetricsObserver:
             self._tokens(model, "completion").inc(event.completion_tokens)
         if event.cost_usd > 0:
             self._cost(model).inc(event.cost_usd)
+        for reason in event.local_fallbacks:
+            self._fallback(reason).inc()
 
 
 class JudgeFailureLog:

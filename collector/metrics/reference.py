@@ -69,11 +69,12 @@ def _label_values() -> str:
         rows.append((f"`reason` of receiver `{receiver}` (`ctxprec_receiver_errors_total`)",
                      ", ".join(f"`{r}`" for r in reasons)))
     from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
-    from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
+    from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
 
     rows.append(("`outcome` (`ctxprec_judge_requests_total`)",
                  ", ".join(f"`{o}`" for o in REQUEST_OUTCOMES) + "; for the `local` judge "
                  + ", ".join(f"`{o}`" for o in LOCAL_OUTCOMES)))
+    rows.append(("`reason` (`ctxprec_local_judge_fallback_total`)", ", ".join(f"`{r}`" for r in FALLBACK_REASONS)))
     lines = ["## Label values", "", "| label | values |", "|---|---|"]
     lines += [f"| {label} | {values} |" for label, values in rows]
     return "\n".join(lines) + "\n"

@@ -86,6 +86,11 @@ class Metrics:
             "ctxprec_judge_latency_seconds", "Judge request latency.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.judge_tokens = Counter("ctxprec_judge_tokens", "Judge tokens.", ["model", "kind"], registry=r)
         self.judge_cost = Counter("ctxprec_judge_cost_usd", "Judge cost in USD (litellm cost map).", ["model"], registry=r)
+        # The local judge's contexts judged without word rules: a rise means traffic in a language
+        # it does not support, or contexts in another language than the answers.
+        self.local_judge_fallback = Counter(
+            "ctxprec_local_judge_fallback",
+            "Contexts the local judge judged by its language-independent fallback, by reason.", ["reason"], registry=r)
         self.score_delay = Histogram(
             "ctxprec_score_delay_seconds", "Time from retrieval end to score ready.", buckets=DELAY_BUCKETS, registry=r)
         self.queue_depth = Gauge("ctxprec_queue_depth", "Retrievals waiting for a scoring worker.", registry=r)
@@ -141,13 +146,17 @@ class Metrics:
             "ctxprec_kafka_dead_letters", "Kafka messages sent to the dead-letter topic, by reason.", ["reason"], registry=r)
         self.kafka_messages = Counter("ctxprec_kafka_messages", "Kafka messages consumed, by format.", ["format"], registry=r)
 
-    def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str]) -> None:
+    def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str],
+                      fallback_reasons: Iterable[str] = ()) -> None:
         """Create, at 0, the series whose label values are all known at start: errors of the
-        configured receivers by reason, and the configured judge's requests by outcome (and its
-        latency histogram). Series labelled by service appear with their service."""
+        configured receivers by reason, the configured judge's requests by outcome (and its
+        latency histogram), and for the local judge its fallbacks by reason. Series labelled by
+        service appear with their service."""
         for receiver in receivers:
             for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
                 self.receiver_errors.labels(receiver=receiver, reason=reason)
         for outcome in judge_outcomes:
             self.judge_requests.labels(model=judge_model, outcome=outcome)
         self.judge_latency.labels(model=judge_model)
+        for reason in fallback_reasons:
+            self.local_judge_fallback.labels(reason=reason)

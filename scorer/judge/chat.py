@@ -68,6 +68,9 @@ class RequestEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    # The local judge only: one reason per context it judged by its language-independent
+    # fallback ("unsupported_language", "language_mismatch"), for the fallback counter.
+    local_fallbacks: tuple[str, ...] = ()
 
 
 RequestObserver = Callable[[RequestEvent], None]

@@ -1,102 +1,106 @@
-"""Word lists and light stemmers for the local judge (English, French, a few Japanese words).
+"""The local judge's word lists, read from data files (`local_data/<language>.txt`), one per language.
 
-Stopwords are dropped. Weak words are kept but weigh little: they turn up in text about
-anything (`time`, `people`, `make`, units), so sharing one of them is no sign that a context
-supports an answer. Number words become digits so that "twelve characters" meets "12 characters".
-The lists are general-purpose, not drawn from any labelled case."""
+Each file has sections, each a list of words or of pairs:
+
+- `[stopwords]`: function words, dropped;
+- `[weak]`: generic words (`time`, `people`, units), kept but weighing little: sharing one is no
+  sign that a context supports an answer;
+- `[negation]`: words (for Chinese, Japanese and Korean: morphemes) that deny what a sentence says;
+- `[absence]`: words that say something is missing ("without"): a denial in an answer, but
+  too often only a condition in a context;
+- `[numbers]`: spelled-out numbers and their digits ("twelve characters" meets "12 characters");
+- `[forms]`: a word form and the word it is read as, for forms a stemmer cannot join (`stolen`
+  `steal`, British spellings);
+- `[endings]`: a word ending and the one it is read as, for derivations the stemmer leaves apart
+  (`invasion` / `invade`);
+- `[synonyms]`: one group a line, comma-separated: words that can mean the same thing; a member may
+  be a phrase of up to three words.
+
+Lists are general-purpose, written from general knowledge, not drawn from any labelled case.
+Accents are folded on reading, so a list matches text written with or without them."""
 from __future__ import annotations
 
-EN_STOPWORDS = frozenset(
-    """
-    a about above across after again against all almost along already also although always am
-    among an and another any anyone anything are around as at be because been before being below
-    between both but by can cannot could did do does doing done down during each either else etc
-    even ever every everything few for from further get gets getting got had has have having he
-    her here hers herself him himself his how however i if in into is it its itself just less let
-    like lot made make makes many may me might more most much must my myself near need needs no
-    nor not now of off often on once one only onto or other others our ours ourselves out over own
-    per quite rather really same say says shall she should since so some something such than that
-    the their theirs them themselves then there therefore these they thing things this those though
-    through thus to too toward towards under unless until up upon us use used uses using usually
-    very via was way we well were what whatever when where whereas whether which while who whom
-    whose why will with within without would yes yet you your yours yourself yourselves
-    mine i'm it's don't doesn't isn't aren't can't won't there's that's
-    """.split()
-)
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 
-EN_WEAK = frozenset(
-    """
-    time times year years day days week weeks month months hour hours minute minutes second seconds
-    today tomorrow yesterday people person man men woman women child children part parts place
-    places world number numbers kind kinds type types side sides end ends group groups case cases
-    point points fact facts area areas example examples form forms level levels order line lines
-    home life new old good bad best better great big small large little long short high low full
-    whole main major different certain common general special simple easy easier hard real true
-    possible able free open clear right left early late next last first third several various
-    take takes took taken give gives gave given go goes went gone come comes came see saw seen
-    know knew known think thought find found keep kept put set show shows shown turn turns start
-    starts help helps work works call calls try ask feel become became leave include includes
-    including follow allow allows add lose run runs tell told look looks want mean means seem seems
-    happen happens provide provides change changes move moves stay live bring hold begin began
-    hundred thousand million billion dozen half metre metres meter meters km kg cm mm g m
-    percent cent around about total average
-    cause causes caused check checks checked checking reason reasons result results
-    """.split()
-)
+SECTIONS = ("stopwords", "weak", "negation", "absence", "numbers", "forms", "endings", "synonyms")
 
-FR_STOPWORDS = frozenset(
-    """
-    a à afin ai aie aient aies ait alors as au aucun aucune aupres auquel aussi autre autres aux
-    auxquels avaient avais avait avant avec avez aviez avions avoir avons ayant bien c ca car ce ceci
-    cela celle celles celui cependant certain certaine certains ces cet cette ceux chaque chez ci
-    comme comment d dans de depuis des desquels dessous dessus donc dont du duquel durant elle elles
-    en encore entre es est et etaient etais etait etant ete etre eu eue eux fais fait faites fut
-    ici il ils j je jusqu l la laquelle le lequel les lesquels leur leurs lors lorsqu lui m ma mais
-    me meme memes mes moi mon n ne ni nos notre nous on ont ou où par parce parmi pas pendant peu
-    peut peuvent plus pour pourquoi pourtant puis qu quand que quel quelle quelles quels qui quoi s
-    sa sans se selon ses si soi soit son sont sous suis sur t ta tandis te tes toi ton tous tout
-    toute toutes tres très tu un une unes uns vers vos votre vous y
-    combien quelque quelques ainsi chacun chacune etc
-    """.split()
-) | frozenset(
-    # Accents are folded before the look-up, so the folded spellings must be here too.
-    "a aupres deja ete etre tres ou meme memes".split()
-)
 
-FR_WEAK = frozenset(
-    """
-    temps an ans annee annees jour jours semaine semaines mois heure heures minute minutes seconde
-    secondes aujourd hui demain hier personne personnes gens homme hommes femme femmes enfant enfants
-    chose choses facon partie parties lieu monde nombre type types cas exemple exemples forme niveau
-    nouveau nouvelle nouveaux bon bonne bons mauvais grand grande grands grandes petit petite petits
-    long longue haut bas premier premiere dernier derniere plusieurs beaucoup moins faire font
-    prendre donner aller venir voir savoir mettre trouver rester devenir passer utiliser permettre
-    permet dire cent mille million millions milliard environ metre metres km kg cm mm
-    cause causes raison raisons resultat resultats verifier
-    """.split()
-)
+@lru_cache(maxsize=65536)
+def fold_accents(word: str) -> str:
+    if word.isascii():
+        return word
+    decomposed = unicodedata.normalize("NFD", word)
+    return unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
 
-# Single kanji and kanji pairs that turn up in text about anything: counters, time, "method".
-JA_WEAK = frozenset(
-    """
-    年 月 日 時 分 秒 人 者 方 中 上 下 前 後 間 円 個 回 度 本 的 性 化 大 小 多 少 高 低 長 新 古 一 二 三 十 百 千 万
-    時間 一日 毎日 場合 方法 以上 以下 以内 必要 世界 今日 明日 約 数 全 各 他 等 何 誰
-    メートル キロ キロメートル グラム キログラム センチ ミリ パーセント トン リットル カロリー
-    """.split()
-)
 
-_EN_NUMBERS = {
-    "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9",
-    "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "fourteen": "14", "fifteen": "15",
-    "sixteen": "16", "seventeen": "17", "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30",
-    "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
-}
-_FR_NUMBERS = {
-    "deux": "2", "trois": "3", "quatre": "4", "cinq": "5", "six": "6", "sept": "7", "huit": "8", "neuf": "9",
-    "dix": "10", "onze": "11", "douze": "12", "treize": "13", "quatorze": "14", "quinze": "15", "seize": "16",
-    "vingt": "20", "trente": "30", "quarante": "40", "cinquante": "50", "soixante": "60",
-}
+@dataclass(frozen=True)
+class WordData:
+    language: str
+    stopwords: frozenset[str] = frozenset()
+    weak: frozenset[str] = frozenset()
+    negation: frozenset[str] = frozenset()
+    absence: frozenset[str] = frozenset()
+    numbers: dict[str, str] = field(default_factory=dict)
+    forms: dict[str, str] = field(default_factory=dict)
+    endings: tuple[tuple[str, str], ...] = ()
+    synonyms: tuple[tuple[str, ...], ...] = ()
 
-def number_word(word: str, french: bool) -> str | None:
-    """The digits a spelled-out number stands for, or None."""
-    return (_FR_NUMBERS if french else _EN_NUMBERS).get(word)
+
+def parse(text: str, language: str, source: str = "word data") -> WordData:
+    """A data file's text -> WordData. An unknown section or a malformed pair names its line."""
+    lines: dict[str, list[str]] = {name: [] for name in SECTIONS}
+    section: str | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            if section not in lines:
+                raise ValueError(f"{source} line {number}: unknown section [{section}]; one of {', '.join(SECTIONS)}")
+            continue
+        if section is None:
+            raise ValueError(f"{source} line {number}: text before the first [section]")
+        lines[section].append(line)
+        if section in ("numbers", "forms", "endings") and len(line.split()) != 2:
+            raise ValueError(f"{source} line {number}: [{section}] takes two words a line, not {line!r}")
+
+    def words(name: str) -> frozenset[str]:
+        found = {word.lower() for line in lines[name] for word in line.split()}
+        return frozenset(found | {fold_accents(word) for word in found})
+
+    def pairs(name: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in lines[name]:
+            key, value = line.lower().split()
+            out[key] = value
+            out.setdefault(fold_accents(key), value)
+        return out
+
+    groups = tuple(
+        members for members in (tuple(m.strip() for m in line.split(",") if m.strip()) for line in lines["synonyms"])
+        if len(members) >= 2
+    )
+    return WordData(
+        language=language,
+        stopwords=words("stopwords"),
+        weak=words("weak"),
+        negation=words("negation"),
+        absence=words("absence"),
+        numbers=pairs("numbers"),
+        forms=pairs("forms"),
+        endings=tuple((line.split()[0].lower(), line.split()[1].lower()) for line in lines["endings"]),
+        synonyms=groups,
+    )
+
+
+@lru_cache(maxsize=32)
+def word_data(language: str) -> WordData:
+    """The word lists of a language (empty lists for a language without a data file)."""
+    path = resources.files("ctxprec.scorer.judge").joinpath("local_data", f"{language}.txt")
+    if not path.is_file():
+        return WordData(language)
+    return parse(path.read_text(encoding="utf-8"), language, f"local_data/{language}.txt")

@@ -207,6 +207,29 @@ async def test_local_judge_events_cross_the_pipe_like_remote_ones() -> None:
     assert all(e.latency_s >= 0 and e.prompt_tokens == e.completion_tokens == 0 and e.cost_usd == 0 for e in events)
 
 
+async def test_local_judge_fallbacks_from_the_scoring_process_reach_the_fallback_counter() -> None:
+    from ctxprec.collector.metrics.judge import JudgeMetricsObserver
+    from ctxprec.collector.metrics.registry import Metrics
+
+    metrics = Metrics()
+    events: list[RequestEvent] = []
+    observer = JudgeMetricsObserver(metrics)
+    remote = ProcessEngine(JudgeConfig(model="local"), observer=lambda e: (events.append(e), observer(e)))
+    try:
+        await remote.score("When was the town hall built?",
+                           ["Das Rathaus mit seinem Uhrturm wurde 1902 fertiggestellt.", "The town hall was finished in 1902."],
+                           output="The town hall was finished in 1902.")
+        await remote.score("Hur lång är Eiffeltornet?", ["Med antennerna på toppen når tornet 330 meter."],
+                           output="Eiffeltornet är 330 meter högt med antennerna.")
+        await wait_for(lambda: len(events) >= 2, timeout=5, what="the local judge's events")
+    finally:
+        await remote.aclose()
+    assert sorted(e.local_fallbacks for e in events) == [("language_mismatch",), ("unsupported_language",)]
+    counted = {s.labels["reason"]: s.value for m in metrics.registry.collect() for s in m.samples
+               if s.name == "ctxprec_local_judge_fallback_total"}
+    assert counted == {"language_mismatch": 1.0, "unsupported_language": 1.0}
+
+
 # --- 4. bad input ----------------------------------------------------------------------------------
 
 BAD_INPUTS: list[tuple[Any, Any]] = [

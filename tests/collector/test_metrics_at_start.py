@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 
 from ctxprec.collector.metrics.registry import RECEIVER_ERROR_REASONS, Metrics
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
-from ctxprec.scorer.judge.local import LOCAL_OUTCOMES
+from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
 from tests.collector.rag_app import RagApp, running, scrape, serve_config, value
 
 QUERY = "How do I reset my password?"
@@ -54,6 +54,8 @@ async def test_local_judge_requests_are_counted_and_known_series_start_at_zero()
         for outcome in LOCAL_OUTCOMES:
             assert ("ctxprec_judge_requests_total", (("model", "local"), ("outcome", outcome))) in before
         assert value(before, "ctxprec_judge_requests_total", model="local", outcome="ok") == 0
+        for reason in FALLBACK_REASONS:
+            assert value(before, "ctxprec_local_judge_fallback_total", reason=reason) == 0
 
         app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
         app.openinference(QUERY, DOCS, ANSWER)

@@ -7,16 +7,16 @@ import sys
 import pytest
 from ctxprec.scorer.judge.local import LocalJudge
 from ctxprec.scorer.judge.local_eval import SETS, evaluate, load_cases
-from ctxprec.scorer.judge.local_text import (
-    ENGLISH,
-    FRENCH,
-    JAPANESE,
-    STRONG,
-    detect_language,
-    fold_accents,
-    terms,
-)
-from ctxprec.scorer.judge.local_stem import english_stem, french_stem
+from ctxprec.scorer.judge.chat import RequestEvent
+from ctxprec.scorer.judge.local_lang import identify, identify_context
+from ctxprec.scorer.judge.local_text import STRONG, stem, terms
+from ctxprec.scorer.judge.local_words import parse, word_data
+
+EN, FR, DE, JA, ZH, KO = (identify(text) for text in (
+    "Who discovered penicillin? Alexander Fleming did, in 1928.",
+    "Qui a découvert la pénicilline ? C'est Fleming, en 1928.",
+    "Wer hat das Penicillin entdeckt? Das war Alexander Fleming im Jahr 1928.",
+    "ペニシリンを発見したのは誰ですか？", "谁发现了青霉素？", "페니실린은 누가 발견했나요?"))
 
 
 def test_labelled_set_is_big_enough_and_balanced() -> None:
@@ -73,40 +73,69 @@ async def test_query_only_reference() -> None:
     assert "only the query was compared" in outcome.verdicts[0].reason
 
 def test_stemming_and_terms() -> None:
-    assert english_stem("produces") == english_stem("produced") == english_stem("producing") == english_stem("produce")
-    assert english_stem("batteries") == english_stem("battery")
-    t = terms("Costs rose to 7,500 dollars, said Alice.", ENGLISH)
+    assert stem("produces", "en") == stem("produced", "en") == stem("producing", "en") == stem("produce", "en")
+    assert stem("batteries", "en") == stem("battery", "en")
+    t = terms("Costs rose to 7,500 dollars, said Alice.", EN)
     assert t.weights["7500"] == STRONG and "7500" in t.numbers
-    assert t.weights[english_stem("alice")] == STRONG  # a name mid-sentence carries a fact
-    assert not terms("the a of", ENGLISH).weights
+    assert t.weights[stem("alice", "en")] == STRONG  # a name mid-sentence carries a fact
+    assert not terms("the a of", EN).weights
     # Spelled-out numbers meet digits; a lone capital mid-sentence names something.
-    assert "12" in terms("at least twelve characters", ENGLISH).numbers
-    assert "d_" in terms("We need vitamin D daily.", ENGLISH).weights
+    assert "12" in terms("at least twelve characters", EN).numbers
+    assert "d_" in terms("We need vitamin D daily.", EN).weights
 
 
 def test_french_elision_accents_and_stems() -> None:
-    words = terms("L'eau de la mer s'évapore ; qu'elle est salée ! Les éléments", FRENCH).weights
+    words = terms("L'eau de la mer s'évapore ; qu'elle est salée ! Les éléments", FR).weights
     assert "eau" in words and "mer" in words  # l'eau -> eau; stopwords (de, la, est) gone
     assert not {"de", "la", "est", "les", "qu", "l"} & set(words)
-    assert french_stem(fold_accents("réinitialiser")) == french_stem("reinitialisation")  # accents folded, endings cut
-    assert terms("les éléments", FRENCH).words == terms("les elements", FRENCH).words
+    assert stem("réinitialiser", "fr") == stem("reinitialisation", "fr")  # accents folded, endings cut
+    assert terms("les éléments", FR).weights.keys() == terms("les elements", FR).weights.keys()
     # French decimals use a comma; thousands a space.
-    assert {"42.195", "1665"} <= terms("42,195 km et 1 665 marches", FRENCH).numbers
+    assert {"42.195", "1665"} <= terms("42,195 km et 1 665 marches", FR).numbers
 
 
-def test_japanese_bigrams_drop_kana_particles() -> None:
-    t = terms("フレミングがペニシリンを発見した", JAPANESE)
-    assert "フレ" in t.weights and "発見" in t.weights
-    assert not any(ch in term for term in t.weights for ch in "がをした")  # hiragana are dropped
-    assert terms("東京スカイツリーは2012年", JAPANESE).numbers == {"2012"}
+def test_every_language_has_its_analyser() -> None:
+    de = terms("Die Bücher wurden 1897 von der Stadtbibliothek gekauft.", DE)
+    assert stem("Buch", "de") in de.weights and "1897" in de.numbers and "der" not in de.weights
+    assert "10100" in terms("Der Turm wiegt 10.100 Tonnen.", DE).numbers  # a dot groups thousands
+    zh = terms("逾期图书每册每天收取 0.2 元。", ZH)
+    assert {"逾期", "图书"} <= set(zh.weights) and "0.2" in zh.numbers  # jieba's words, not characters
+    ja = terms("健太は期末試験で数学と化学が赤点だった。", JA)
+    assert {"試験", "数学", "化学"} <= set(ja.weights) and not {"は", "で", "と"} & set(ja.weights)
+    ko = terms("민수는 기말고사에서 수학과 화학 과목에 낙제점을 받았다.", KO)
+    assert {"수학", "화학", "기말고사"} <= set(ko.weights) and not {"는", "에서"} & set(ko.weights)
 
 
-def test_language_is_told_by_script_and_common_words() -> None:
-    assert detect_language("Who discovered penicillin? Alexander Fleming did.").code == "en"
-    assert detect_language("Qui a découvert la pénicilline ? C'est Fleming, en 1928.").code == "fr"
-    assert detect_language("ペニシリンを発見したのは誰ですか？").code == "ja"
-    assert detect_language("北京是中国的首都。").script == "Han"
-    assert detect_language("Москва — столица России.").script == "Cyrillic"
+def test_clock_times_and_figures_are_normalised() -> None:
+    assert terms("Saturday: 9:00 am - 1:00 pm", EN).values["time"] == {"t9:00", "t13:00"}
+    assert terms("de 9 h à 13 h", FR).values["time"] == {"t9:00", "t13:00"}
+    assert "t23:40" in terms("最終電車は 23 時 40 分に出る", JA).values["time"]
+    # "11:00" is one clock time: it does not meet "10:00" on "00".
+    assert not terms("Open at 11:00.", EN).weights.keys() & terms("Open at 10:00.", EN).weights.keys() - {"open"}
+    assert terms("Python 3.10 and 7,500 users", EN).values["number"] == {"3.10", "7500"}
+    assert "15" not in terms("in the 15th century", EN).numbers
+
+
+def test_language_is_told_per_text() -> None:
+    assert (EN.code, FR.code, DE.code, JA.code, ZH.code, KO.code) == ("en", "fr", "de", "ja", "zh", "ko")
+    assert identify("Москва — столица России.").script == "Cyrillic"
+    assert identify("Hur lång är Eiffeltornet? Det är 330 meter högt.").code == "sv"
+    # A context keeps the sample's language unless it clearly reads as another one.
+    assert identify_context("Pro: 29 €/mes.", identify("¿Cuánto cuesta el plan Pro? Cuesta 29 € al mes.")).code == "es"
+    assert identify_context("Das Rathaus mit seinem Uhrturm wurde 1902 fertiggestellt.", EN).code == "de"
+
+
+def test_word_data_files_are_well_formed() -> None:
+    for language in ("en", "de", "es", "pt", "fr", "it", "nl", "zh", "ja", "ko"):
+        data = word_data(language)
+        assert data.negation, language
+        assert language in ("ja",) or data.stopwords, language
+        for group in data.synonyms:
+            assert len(group) >= 2 and all(len(m.split()) <= 3 for m in group), group
+    with pytest.raises(ValueError, match="line 2: unknown section"):
+        parse("# x\n[stopword]\nthe\n", "en")
+    with pytest.raises(ValueError, match=r"line 2: \[forms\] takes two words"):
+        parse("[forms]\nstolen\n", "en")
 
 
 async def test_reference_style_supporting_fact_is_relevant() -> None:
@@ -134,23 +163,78 @@ async def test_french_and_japanese_samples() -> None:
         reference_kind="output", reference="オーストラリアの首都はキャンベラです。")
     assert [v.relevant for v in fr.verdicts] == [True, False]
     assert [v.relevant for v in ja.verdicts] == [True, False]
-    assert all(v.reason.startswith("local judge: ") and "character overlap" not in v.reason
+    assert all(v.reason.startswith("local judge: ") and "language-independent" not in v.reason
                for v in fr.verdicts + ja.verdicts)
 
 
-async def test_other_scripts_are_judged_by_characters_and_say_so() -> None:
-    outcome = await LocalJudge().judge(
+async def test_unsupported_languages_and_other_language_contexts_use_the_fallback_and_say_so() -> None:
+    events: list[RequestEvent] = []
+    judge = LocalJudge(observer=events.append)
+    ru = await judge.judge(
         "Какая столица Австралии?",
         ["Канберра была выбрана столицей как компромисс.", "Кенгуру быстро прыгают."],
         reference_kind="output", reference="Столица Австралии — Канберра.")
+    assert [v.relevant for v in ru.verdicts] == [True, False]
+    assert all("judged by language-independent overlap" in v.reason and "without word rules" in v.reason
+               for v in ru.verdicts)
+    mixed = await judge.judge(
+        "When was the town hall built?",
+        ["Das Rathaus mit seinem Uhrturm wurde 1902 fertiggestellt.", "The town hall was finished in 1902."],
+        reference_kind="output", reference="The town hall was finished in 1902.")
+    assert [v.relevant for v in mixed.verdicts] == [True, True]
+    assert "context in German, answer in English" in mixed.verdicts[0].reason
+    assert "language-independent" not in mixed.verdicts[1].reason
+    assert [e.local_fallbacks for e in events] == [
+        ("unsupported_language", "unsupported_language"), ("language_mismatch",)]
+
+
+async def test_distractors_with_other_figures_rows_or_a_denial_are_not_support() -> None:
+    judge = LocalJudge()
+
+    async def verdicts(query: str, answer: str, *contexts: str) -> list[bool]:
+        outcome = await judge.judge(query, list(contexts), reference_kind="output", reference=answer)
+        return [v.relevant for v in outcome.verdicts]
+
+    assert await verdicts("What is the current price of the Pro plan?", "The Pro plan costs $29 per month.",
+                          "Pro: $29/month, billed monthly.", "Pro: $19/month (price valid until 31 March 2023).") == [True, False]
+    assert await verdicts(
+        "When does Django 4.2 LTS stop getting security fixes?", "Django 4.2 LTS receives security updates until April 2026.",
+        "Django 4.2 is an LTS release; security fixes will be provided until April 2026.",
+        "Django 5.0 receives security fixes until April 2025.") == [True, False]
+    assert await verdicts(
+        "What is the maximum upload size on the Business plan?", "The Business plan allows uploads of up to 5 GB per file.",
+        "| Business | 5 GB per file | 1 TB storage |", "| Free | 100 MB per file | 5 GB storage |") == [True, False]
+    assert await verdicts(
+        "Who discovered penicillin?", "Alexander Fleming discovered penicillin in 1928.",
+        "In 1928 Fleming noticed that a mould had killed the bacteria around it.",
+        "Penicillin was not discovered by Louis Pasteur, who died in 1895.") == [True, False]
+    assert await verdicts(
+        "How do I undo the last git commit but keep the changes?", "Run git reset --soft HEAD~1; the changes stay staged.",
+        "git reset --soft HEAD~1 moves the branch back one commit and keeps your changes.",
+        "git reset --hard HEAD~1 discards the last commit and all of its changes.") == [True, False]
+    reason = (await judge.judge("What time does the museum open on Saturdays?", ["Late opening on Thursdays until 21:00."],
+                                reference_kind="output", reference="On Saturdays the museum opens at 10:00.")).verdicts[0]
+    assert not reason.relevant and "00" not in reason.reason.split("found:")[1].split("(")[0]
+
+
+async def test_long_contexts_are_judged_sentence_pair_by_sentence_pair() -> None:
+    filler = ("The town grew after the railway came. A market hall opened in 1874. The town hall has a clock tower. "
+              "Several mills closed in the last century. ")
+    outcome = await LocalJudge().judge(
+        "When was the library founded?", [filler + "The library was founded in 1887 by a mill owner.", filler],
+        reference_kind="output", reference="The library was founded in 1887.")
     assert [v.relevant for v in outcome.verdicts] == [True, False]
-    assert all(v.reason.startswith("local judge: ") and "Cyrillic script: judged by character overlap" in v.reason
-               for v in outcome.verdicts)
+    assert "1887" in outcome.verdicts[0].reason
 
 
 @pytest.mark.parametrize(("name", "floor"), [
-    ("original", 215 / 231), ("en-dev", 0.9), ("en-heldout", 0.9), ("fr-dev", 0.9), ("fr-heldout", 0.85),
-    ("ja-dev", 0.9), ("ja-heldout", 0.85), ("en-dev2", 0.85), ("fr-dev2", 0.85), ("ja-dev2", 0.85)])
+    ("original", 0.95), ("en-dev", 0.92), ("en-heldout", 0.915), ("fr-dev", 0.92), ("fr-heldout", 0.91),
+    ("ja-dev", 0.94), ("ja-heldout", 0.875), ("en-dev2", 0.86), ("fr-dev2", 0.88), ("ja-dev2", 0.9),
+    ("en-dev3", 0.89), ("en-heldout2", 0.86), ("fr-dev3", 0.84), ("fr-heldout2", 0.83), ("ja-dev3", 0.79),
+    ("ja-heldout2", 0.81), ("de-dev", 0.88), ("de-heldout", 0.86), ("es-dev", 0.93), ("es-heldout", 0.91),
+    ("pt-dev", 0.88), ("pt-heldout", 0.83), ("it-dev", 0.96), ("it-heldout", 0.77), ("nl-dev", 0.94),
+    ("nl-heldout", 0.89), ("zh-dev", 0.89), ("zh-heldout", 0.84), ("ko-dev", 0.84), ("ko-heldout", 0.86),
+    ("mixed-dev", 1.0), ("mixed-heldout", 0.87)])
 def test_agreement_on_every_labelled_set_stays_above_its_floor(name: str, floor: float) -> None:
     # Floors a little under the measured figures (docs/LOCAL_JUDGE.md): a change that loses
     # agreement on any set, held-out ones included, fails here.
@@ -166,6 +250,28 @@ def test_sets_are_big_enough_and_split() -> None:
     for language in ("en", "fr", "ja"):  # no question in a development split and the held-out one
         dev = {c["question"] for name in (f"{language}-dev", f"{language}-dev2") for c in load_cases(name)}
         assert not dev & {c["question"] for c in load_cases(f"{language}-heldout")}
+
+
+STYLES = ("paraphrase", "low-overlap", "numbers", "table", "code", "faq", "domain", "long", "near-duplicate",
+          "negation", "multi-hop")
+THIRD_ROUND = {"en": ("en-dev3", "en-heldout2"), "fr": ("fr-dev3", "fr-heldout2"), "ja": ("ja-dev3", "ja-heldout2"),
+               **{lang: (f"{lang}-dev", f"{lang}-heldout") for lang in ("de", "es", "pt", "it", "nl", "zh", "ko")}}
+
+
+def test_third_round_sets_cover_every_style_and_language_in_both_splits() -> None:
+    for language, names in THIRD_ROUND.items():
+        for name in names:
+            cases = load_cases(name)
+            assert {c["language"] for c in cases} == {language}, name
+            styles = [c["style"] for c in cases]
+            if language == "en":
+                assert len(cases) >= 60 and all(styles.count(style) >= 4 for style in STYLES), name
+            else:
+                assert len(cases) >= 15 and set(styles) == set(STYLES), name
+    # No question, in any language, is in a development split and a held-out one.
+    dev = {c["question"].strip().lower() for name in SETS if "heldout" not in name for c in load_cases(name)}
+    heldout = {c["question"].strip().lower() for name in SETS if "heldout" in name for c in load_cases(name)}
+    assert not dev & heldout
 
 
 def test_local_scorer_needs_no_network() -> None:
@@ -185,27 +291,26 @@ def test_local_scorer_needs_no_network() -> None:
 
 
 def test_stemmer_joins_derivations_irregulars_and_spellings() -> None:
-    assert english_stem("activation") == english_stem("activate") == english_stem("activity")
-    assert english_stem("invasion") == english_stem("invaded")
-    assert english_stem("stolen") == english_stem("theft") == english_stem("steal")
-    assert english_stem("children") == english_stem("child")
-    assert english_stem("colour") == english_stem("color") and english_stem("organisation") == english_stem("organization")
-    assert english_stem("slower") == english_stem("slow") and english_stem("bigger") == english_stem("big")
-    assert english_stem("flower") != english_stem("flow")  # a flower is not a comparative
-    assert french_stem("joyeuses") == french_stem("joyeux") and french_stem("sportive") == french_stem("sportif")
-    assert french_stem("laver") == french_stem("lavez")
+    assert stem("activation", "en") == stem("activate", "en") == stem("activity", "en")
+    assert stem("invasion", "en") == stem("invaded", "en")  # a derivation from the word data
+    assert stem("stolen", "en") == stem("theft", "en") == stem("steal", "en")  # irregular forms
+    assert stem("children", "en") == stem("child", "en")
+    assert stem("colour", "en") == stem("color", "en") and stem("organisation", "en") == stem("organization", "en")
+    assert stem("slower", "en") == stem("slow", "en") and stem("bigger", "en") == stem("big", "en")
+    assert stem("flower", "en") != stem("flow", "en")  # a flower is not a comparative
+    assert stem("joyeuses", "fr") == stem("joyeux", "fr") and stem("laver", "fr") == stem("lavez", "fr")
 
 
 def test_acronyms_code_and_alphanumeric_tokens() -> None:
-    t = terms("Replace old bulbs with LEDs; use sorted(x) or list.sort(); plants take in CO2.", ENGLISH)
+    t = terms("Replace old bulbs with LEDs; use sorted(x) or list.sort(); plants take in CO2.", EN)
     assert "led" in t.weights  # not "lead": an acronym is not stemmed
-    assert {"sorted()", "sort()"} <= set(t.weights) and t.weights["sort()"] == STRONG
+    assert {"sorted()", "sort()"} <= set(t.values["code"]) and t.weights["sort()"] == STRONG
     assert "co2" in t.weights
 
 
 def test_french_names_after_elision_are_names() -> None:
-    t = terms("La France est frontalière de l'Espagne.", FRENCH)
-    assert t.weights[french_stem("espagne")] == STRONG
+    t = terms("La France est frontalière de l'Espagne.", FR)
+    assert t.weights[stem("espagne", "fr")] == STRONG
 
 
 async def test_synonyms_count_as_the_answers_words_and_say_so() -> None:
@@ -227,24 +332,16 @@ async def test_small_figures_counting_the_same_thing_conflict() -> None:
         reference="Standard shipping takes 3 to 5 business days.",
     )
     assert [v.relevant for v in outcome.verdicts] == [True, False]
-    assert "numbers differ" in outcome.verdicts[1].reason
+    assert "figures differ" in outcome.verdicts[1].reason
 
 
-async def test_japanese_single_kanji_words_and_shared_kanji() -> None:
-    colours = await LocalJudge().judge(
-        "虹の色は何ですか？", ["赤は虹の外側の縁に見える。", "虹は太陽を背にしたときに見える。"],
-        reference_kind="output", reference="虹の色は赤、橙、黄、緑、青、藍、紫の七色です。")
-    assert [v.relevant for v in colours.verdicts] == [True, False]  # 赤 before a particle is a word
-    t = terms("お酒を飲むと朝には体の水分が足りなくなる。", JAPANESE)
-    assert "水" in t.kanji and "分" not in t.kanji  # 水分 can meet 脱水 through 水; 分 (minute) is generic
-
-
-def test_synonym_groups_are_well_formed() -> None:
-    from ctxprec.scorer.judge.local_synonyms import EN_GROUPS, FR_GROUPS, JA_GROUPS
-
-    for text in (EN_GROUPS, FR_GROUPS, JA_GROUPS):
-        for line in text.strip().splitlines():
-            members = [m.strip() for m in line.split(",")]
-            assert len(members) >= 2 and all(members), line
-            assert all(len(m.split()) <= 3 for m in members), line  # phrases of up to three words
-
+def test_odd_text_never_breaks_the_judge() -> None:
+    # Lone surrogates (JSON escapes), NULs, emoji only, scripts mixed in one text, impossible clock
+    # times: every context still gets a verdict with a reason.
+    judge = LocalJudge()
+    odd = ["", "\ud800 broken surrogate", "🙂🙂🙂", "東京\x00タワー", "١٢٣ مرحبا", "| | | |", "12:99, 25:00 and 9 am - 13 pm",
+           "한국어 English 日本語 中文 mixed", "가" * 3000]
+    for text in odd:
+        outcome = judge.judge_sync(text or "q", odd, reference_kind="output", reference=text)
+        assert len(outcome.verdicts) == len(odd)
+        assert all(v.reason.startswith("local judge: ") for v in outcome.verdicts)

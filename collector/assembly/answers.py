@@ -4,16 +4,19 @@ A production trace rarely has the shape a tutorial chain has: the LLM span may s
 chain than the retriever, under an HTTP server span, several levels down, or beside the retriever
 under an app span. So the answer is found by what the spans say, not by where they sit:
 
-1. LLM spans (any convention) that start after the retrieval started and are not inside it are
+1. LLM spans (as the conventions table recognises them: OpenInference, GenAI, OpenLLMetry,
+   Mastra, the Vercel AI SDK) that start after the retrieval started and are not inside it are
    the candidates;
 2. those whose input holds text of the retrieved contexts consumed the retrieval, and the last of
    them in time gives the final answer (refine and tree-summarize modes make several calls);
-3. if none holds context text, the first candidate;
+3. if none holds context text, the first candidate; a candidate with an empty output (an agent's
+   turn that only called a tool) gives no answer;
 4. only when there is no candidate, a chain's output: the outermost ancestor of the retrieval
    with an output that reads as an answer (the root span's when no ancestor has one).
 
-Outputs are read as clean text (values.py); `Answer.clean` is False when a value of an unknown
-shape had to be used as it stood.
+Outputs are read as clean text (values.py) from the keys the table names, those of the convention
+that recognised the LLM span first; `Answer.clean` is False when a value of an unknown shape had
+to be used as it stood.
 """
 from __future__ import annotations
 

@@ -17,8 +17,10 @@ them; when no span of the nest has documents it is one retrieval without context
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 from ctxprec.collector.assembly.answers import (
     CHAIN_OUTPUT,
@@ -49,7 +51,7 @@ TRACELOOP_NAME = "traceloop.entity.name"
 _MAX_RULE_ATTRIBUTES = 64
 _MAX_RULE_VALUE_CHARS = 256
 
-__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "Extracted", "GENAI",
+__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "CountedNests", "Extracted", "GENAI",
            "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
 
 
@@ -224,11 +226,18 @@ class Conventions:
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 
-    def count(self, spans: Sequence[SpanRecord]) -> int:
+    def count(self, spans: Sequence[SpanRecord], seen: "CountedNests | None" = None) -> int:
         """How many retrievals `spans` hold, by the same rules as `extract` (for spans that are
-        counted, not scored: only what is in `spans` is seen)."""
+        counted, not scored). `seen` remembers the nests counted in earlier requests: a nest
+        whose spans come in two requests (the inner retriever span exported before the outer
+        one) is counted once."""
         tree = TraceTree(spans)
-        return sum(len(_representatives(group, tree)) for group in _nests(self._candidates(spans), tree))
+        total = 0
+        for group in _nests(self._candidates(spans), tree):
+            if seen is not None and seen.add(group, tree):
+                continue
+            total += len(_representatives(group, tree))
+        return total
 
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []
@@ -284,6 +293,84 @@ class Conventions:
             if isinstance(value, str) and value:
                 return value
         return None
+
+
+@dataclass(slots=True)
+class _Counted:
+    spans: set[bytes] = field(default_factory=set)  # retrieval spans of counted nests
+    ancestors: set[bytes] = field(default_factory=set)  # their ancestors' ids (a missing parent's too)
+
+
+class CountedNests:
+    """The retrieval spans already counted per trace, and their ancestors, for the counting of
+    unsampled spans across requests; bounded (the oldest traces are forgotten first).
+
+    A nest counted without documents whose parent is not in its request (LlamaIndex's inner
+    `_retrieve` span, exported before the `retrieve` span around it) leaves that parent's id
+    `pending`: a later request holding it must be looked at span by span, because its exact
+    byte count would count the outer span as a second retrieval."""
+
+    PENDING_S = 10.0  # an exporter sends the outer span within its batch delay, seconds
+
+    def __init__(self, max_traces: int = 4096, max_ids: int = 256, max_pending: int = 64,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._traces: OrderedDict[bytes, _Counted] = OrderedDict()
+        self._max_traces = max_traces
+        self._max_ids = max_ids
+        self._max_pending = max_pending
+        self._clock = clock
+        self.pending: OrderedDict[bytes, float] = OrderedDict()  # framed span id -> when
+
+    def add(self, group: list[_Candidate], tree: TraceTree) -> bool:
+        """Records the nest `group`; True when it belongs to a nest counted before (one of its
+        spans was counted, is an ancestor of a counted span, or has a counted span among its
+        ancestors)."""
+        trace = group[0].span.trace_id
+        counted = self._traces.get(trace)
+        ids = {c.span.span_id for c in group}
+        ancestors: set[bytes] = set()
+        missing: list[bytes] = []
+        for c in group:
+            chain = list(tree.ancestors(c.span))
+            ancestors.update(a.span_id for a in chain)
+            top = chain[-1] if chain else c.span
+            if top.parent_span_id and top.parent_span_id not in ids:
+                ancestors.add(top.parent_span_id)  # the parent that is not in this request
+                missing.append(top.parent_span_id)
+        before = counted is not None and bool(ids & (counted.spans | counted.ancestors) or ancestors & counted.spans)
+        for span_id in ids:
+            self.pending.pop(_framed_id(span_id), None)  # the span we waited for is here
+        if counted is None:
+            counted = self._traces[trace] = _Counted()
+            while len(self._traces) > self._max_traces:
+                self._traces.popitem(last=False)
+        else:
+            self._traces.move_to_end(trace)
+        if len(counted.spans) + len(counted.ancestors) < self._max_ids:
+            counted.spans |= ids
+            counted.ancestors |= ancestors
+        if not before and not any(c.found.contexts for c in group):
+            now = self._clock()
+            for parent in missing:
+                self.pending[_framed_id(parent)] = now
+            while len(self.pending) > self._max_pending:
+                self.pending.popitem(last=False)
+        return before
+
+    def waited_for_in(self, data: bytes | memoryview) -> bool:
+        """Whether `data` holds a span a counted nest is waiting for (its missing parent)."""
+        if not self.pending:
+            return False
+        oldest = self._clock() - self.PENDING_S
+        while self.pending and next(iter(self.pending.values())) < oldest:
+            self.pending.popitem(last=False)
+        raw = bytes(data) if isinstance(data, memoryview) else data
+        return any(marker in raw for marker in self.pending)
+
+
+def _framed_id(span_id: bytes) -> bytes:
+    """A span id as `Span.span_id` (field 2, 8 bytes) is written."""
+    return b"\x12" + bytes([len(span_id)]) + span_id
 
 
 def _nests(candidates: list[_Candidate], tree: TraceTree) -> list[list[_Candidate]]:

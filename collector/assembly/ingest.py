@@ -4,10 +4,11 @@ The hot path is written for traffic that is 99% unsampled. Per span it reads the
 nothing else; the head decision (`keep_trace`) is made once per trace id per request. A request
 with no sampled trace is forwarded as the very bytes that came in, and its retrievals are
 counted as `not_sampled` by one pass over those bytes for the markers of every enabled
-convention (markers.py): the exact protobuf encoding of the OpenInference and GenAI retrieval
-attributes is counted, no attribute is decoded. Conventions that cannot be recognised from one
-byte pattern (OpenLLMetry events, the user mapping) fall back to decoding the unsampled spans of
-a resource, but only when their marker key occurs in it at all. Every retrieval is counted from
+convention (markers.py, derived from the rules): the exact protobuf encoding of the attributes
+that declare a retrieval (OpenInference, GenAI) is counted, no attribute is decoded. Rules that
+cannot be recognised from one byte pattern (OpenLLMetry events, Mastra tool spans, user
+mappings) fall back to decoding the unsampled spans of a resource, but only when their marker
+occurs in it at all. Every retrieval is counted from
 the first request on, whatever the service sent before.
 
 Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
@@ -26,7 +27,7 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from ctxprec.collector.assembly.config import AssemblyConfig
-from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions
+from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.spans import (
     SpanRecord,
@@ -78,6 +79,7 @@ class OtlpIngest:
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
         self._markers = MarkerScanner(self.conventions.rules)
+        self._counted = CountedNests()
 
     @property
     def span_mode(self) -> bool:
@@ -196,16 +198,25 @@ class OtlpIngest:
                 exact = [count.exact.get(i, 0) - fast_routed.get((ri, i), 0) for i in indices]
             else:
                 exact = list(count.exact.values())
-            if count.needs_look or any(n < 0 for n in exact):  # < 0: a routed retrieval the bytes did not show
+            # < 0: a routed retrieval the bytes did not show
+            if count.needs_look or any(n < 0 for n in exact) or (
+                    exact and self._counted.pending and self._waited_for(data, ranges, ri, resources[ri])):
                 total = self._scan_unsampled(resources[ri], routed_ids)
             else:
                 total = sum(exact)
             if total > 0:
                 self._sink.not_sampled(service_name(resources[ri].resource), total)
 
+    def _waited_for(self, data: bytes, ranges: list[tuple[int, int]] | None, ri: int, rs: Any) -> bool:
+        """A resource holds the outer span of a nest counted in an earlier request."""
+        if ranges is None:
+            return self._counted.waited_for_in(rs.SerializeToString())
+        start, end = ranges[ri]
+        return self._counted.waited_for_in(memoryview(data)[start:end] if (start, end) != (0, len(data)) else data)
+
     def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
         """Retrievals among a resource's spans that were not routed, by the extraction rules
-        (nested retrieval spans count once). Long values are kept whole: whether a span carries
+        (nested retrieval spans count once, also when the nest came in two requests). Long values are kept whole: whether a span carries
         documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
         records: list[SpanRecord] = []
@@ -213,7 +224,7 @@ class OtlpIngest:
             for span in ss.spans:
                 if (span.trace_id, span.span_id) not in routed_ids:
                     records.append(span_record(span, service, self._max_chars))
-        return self.conventions.count(records) if records else 0
+        return self.conventions.count(records, self._counted) if records else 0
 
     # -- ready traces --
 

@@ -23,7 +23,10 @@ mappings), so a convention added to the table is counted here without code:
 
 Exact matches of two different counts in one resource also ask for the per-span look (one span
 may carry both). The look applies the extraction rules (nested retrievals count once) to the
-spans of the request; a nest whose spans are exported in different requests is seen in parts.
+spans of the request, and remembers the nests it counted, so a nest whose spans are exported in
+two requests counts once when one of its spans is the other's ancestor (or parent) there; spans
+counted by an exact marker are not remembered (a nest split between an exact count and a look
+can still count twice).
 What the bytes cannot show: a span listing the same retrieval attribute twice, or a string value
 that contains a whole framed marker, would be counted twice; an encoder that writes the attribute
 in a non-canonical form (value before key) is not counted by its marker; a document source with

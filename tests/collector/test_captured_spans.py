@@ -62,6 +62,9 @@ CORPUS = [Expected("openinference", [DOC_BY_ID[i].text for i in q.retrieved_ids]
 CASES: dict[str, list[Expected]] = {
     "mastra171-vector": [_mastra()],
     "mastra170-vector": [_mastra()],
+    # Both retrievals are answered by the last turn, not by the tool-calling turn between (empty text).
+    "mastra171-vector-twice": [_mastra(), Expected("mastra", [DOCS[0], DOCS[2], DOCS[1]], ["doc-0", "doc-2", "doc-1"],
+                                                   ANSWER, "reset link expiry", span_name="execute_tool searchDocs")],
     "mastra171-graph": [],  # filled in below: a random walk ranks the documents
     "ai6-openinference": _app_retrieval("openinference", [ANSWER, ANSWER, OBJECT_ANSWER]),
     "ai7-otel-openinference": _app_retrieval("openinference", [ANSWER, ANSWER, OBJECT_ANSWER]),

@@ -5,8 +5,6 @@
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from ctxprec.collector.config import (
     _shown,
     env_name,
 )
+from ctxprec.collector.generated_docs import write_or_check
 
 PATH = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
 
@@ -140,19 +139,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/CONFIG.md is out of date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = PATH.read_text(encoding="utf-8") if PATH.exists() else ""
-        if current != text:
-            print(f"{PATH} is out of date: run python -m ctxprec.collector.config_docs", file=sys.stderr)
-            return 1
-        return 0
-    PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {PATH}")
-    return 0
+    return write_or_check(PATH, render, "ctxprec.collector.config_docs", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,9 @@ class Retrieval:
     expected_output: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     end_time_unix_nano: int = 0  # when the retrieval ended (for score delay); 0 if unknown
-    convention: str = ""  # openinference | genai | openllmetry | mapping | rag_event
+    # A built-in convention (openinference, genai, openllmetry, mastra), mapping, the name of a
+    # conventions.mappings entry, or rag_event.
+    convention: str = ""
     # Where `output` came from: llm_span | chain_output | event | none (ctxprec.answer_source).
     answer_source: str = "none"
     # False when the answer was read from a value of unknown shape and used as it stood.

@@ -51,8 +51,8 @@ TRACELOOP_NAME = "traceloop.entity.name"
 _MAX_RULE_ATTRIBUTES = 64
 _MAX_RULE_VALUE_CHARS = 256
 
-__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "CountedNests", "Extracted", "GENAI",
-           "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
+__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "CountedNests", "Extracted",
+           "GENAI", "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
 
 
 def _check_spec(value: str | None) -> str | None:

@@ -75,14 +75,14 @@ def read_documents(span: SpanRecord, rules: Sequence[RetrievalRule], limit: int)
     for rule in rules:
         if rule.when and not all(c.holds(span.name, attributes) for c in rule.when):
             continue
-        if rule.built_in:
+        found = read_rule(rule, span, limit)
+        if found is None:
+            continue
+        if rule.built_in:  # asked only of the few spans a rule recognises
             if index_building is None:
                 index_building = table().index_building(span.name, attributes)
             if index_building:
                 continue
-        found = read_rule(rule, span, limit)
-        if found is None:
-            continue
         if found.contexts:
             return found
         empty = empty or found
@@ -148,10 +148,7 @@ def _read_events(source: Source, span: SpanRecord, limit: int) -> _Read:
 
 def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
     """One attribute per document (`prefix.{i}.suffix`), in rank order; gaps are skipped."""
-    texts = source.contexts.ranks(attributes)
-    ids = _ranked(source.ids, attributes)
-    scores = [_ranked(s, attributes) for s in source.scores]
-    metadata = _ranked(source.metadata, attributes)
+    texts, ids, scores, metadata = _rank_fields(source, attributes)
     if not (texts or ids or any(scores) or metadata):
         return _ABSENT
     redacted = {i for i, value in texts.items() if isinstance(value, str) and value in _REDACTED}
@@ -172,6 +169,36 @@ def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read
             contexts.append(_context(value, ids.get(i), score, metadata.get(i), position=i))
     textless = (set(ids) | {i for s in scores for i in s} | redacted) - set(indices)
     return _Read(True, contexts, max(0, len(indices) - limit), len(textless))
+
+
+def _rank_fields(source: Source, attributes: dict[str, Any]
+                 ) -> tuple[dict[int, Any], dict[int, Any], list[dict[int, Any]], dict[int, Any]]:
+    """The texts, ids, scores and metadata of a pattern source by rank, in one pass over the
+    attributes with one regex for all of its patterns (every span of a sampled trace is read,
+    most of them without any such key: nothing is allocated for those)."""
+    specs = source.rank_specs
+    found: list[dict[int, Any]] | None = None
+    prefix, pattern = source.rank_prefix, source.rank_regex
+    for key, value in attributes.items():
+        if key.startswith(prefix):
+            match = pattern.match(key)
+            if match is not None:
+                if found is None:
+                    found = [{} for _ in specs]
+                group = match.lastindex
+                assert group is not None
+                found[group - 1][int(match.group(group))] = value
+    if source.rank_mixed:
+        found = found or [{} for _ in specs]
+        for n, spec in enumerate(specs):
+            if spec is not None and not spec.pattern:
+                found[n] = _ranked(spec, attributes)
+    if found is None:
+        return _NO_RANKS
+    return found[0], found[1], found[2:2 + len(source.scores)], found[-1]
+
+
+_NO_RANKS: tuple[dict[int, Any], dict[int, Any], list[dict[int, Any]], dict[int, Any]] = ({}, {}, [], {})
 
 
 def _ranked(spec: Spec | None, attributes: dict[str, Any]) -> dict[int, Any]:

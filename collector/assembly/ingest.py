@@ -216,8 +216,8 @@ class OtlpIngest:
 
     def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
         """Retrievals among a resource's spans that were not routed, by the extraction rules
-        (nested retrieval spans count once, also when the nest came in two requests). Long values are kept whole: whether a span carries
-        documents can depend on a JSON value's shape."""
+        (nested retrieval spans count once, also when the nest came in two requests). Long values
+        are kept whole: whether a span carries documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
         records: list[SpanRecord] = []
         for ss in rs.scope_spans:

@@ -51,16 +51,21 @@ class Spec:
             return value
         return walk(loads(value), self.path)
 
+    def rank_of(self, key: str) -> int | None:
+        """The rank a key has under this pattern, None when it does not fit."""
+        prefix, suffix = self.prefix, self.suffix
+        if prefix is None or not key.startswith(prefix) or not key.endswith(suffix):
+            return None
+        middle = key[len(prefix):len(key) - len(suffix)] if suffix else key[len(prefix):]
+        return int(middle) if middle.isdigit() and len(middle) <= _MAX_INDEX_DIGITS else None
+
     def ranks(self, attributes: Mapping[str, Any]) -> dict[int, Any]:
         """A pattern's values by rank (keys that do not fit the pattern are ignored)."""
-        assert self.prefix is not None
-        prefix, suffix = self.prefix, self.suffix
         out: dict[int, Any] = {}
         for key, value in attributes.items():
-            if key.startswith(prefix) and key.endswith(suffix):
-                middle = key[len(prefix):len(key) - len(suffix)] if suffix else key[len(prefix):]
-                if middle.isdigit() and len(middle) <= _MAX_INDEX_DIGITS:
-                    out[int(middle)] = value
+            rank = self.rank_of(key)
+            if rank is not None:
+                out[rank] = value
         return out
 
 
@@ -117,13 +122,12 @@ class Condition:
     values: frozenset[str] | None
 
     def holds(self, name: str, attributes: Mapping[str, Any]) -> bool:
-        if self.key == SPAN_NAME:
-            value: Any = name
-        else:
-            value = attributes.get(self.key)
-            if value is None:
-                return False
-        return self.values is None or _text(value) in self.values
+        value = name if self.key == SPAN_NAME else attributes.get(self.key)
+        if value is None:
+            return False
+        if self.values is None:
+            return True
+        return (value if type(value) is str else _text(value)) in self.values
 
     def present_in(self, attributes: Mapping[str, Any]) -> bool:
         """The key is set (whatever its value): the condition speaks about this span."""

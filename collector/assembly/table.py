@@ -10,9 +10,10 @@ are read by the same code.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -41,6 +42,24 @@ class Source:
     documents_only: bool = False
     require: Require = "key"
     marker: Marker = "look"
+    # For `{i}` patterns, made once: what all their keys start with, and one regex whose group n
+    # holds the rank when a key fits the n-th spec (contexts, ids, scores..., metadata).
+    rank_prefix: str = field(init=False, compare=False, repr=False)
+    rank_regex: re.Pattern[str] = field(init=False, compare=False, repr=False)
+    rank_mixed: bool = field(init=False, compare=False, repr=False)  # a spec beside the patterns is not one
+
+    @property
+    def rank_specs(self) -> tuple[Spec | None, ...]:
+        return (self.contexts, self.ids, *self.scores, self.metadata)
+
+    def __post_init__(self) -> None:
+        patterns = [s for s in self.rank_specs if s is not None and s.pattern]
+        alternatives = [f"{re.escape(s.prefix or '')}(\\d{{1,9}}){re.escape(s.suffix)}"
+                        if s is not None and s.pattern else "(?!)()"  # keeps the groups in step
+                        for s in self.rank_specs]
+        object.__setattr__(self, "rank_prefix", os.path.commonprefix([s.key_prefix() for s in patterns]))
+        object.__setattr__(self, "rank_regex", re.compile("^(?:" + "|".join(alternatives) + ")$"))
+        object.__setattr__(self, "rank_mixed", any(s is not None and not s.pattern for s in self.rank_specs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +114,7 @@ class Convention:
 @dataclass(frozen=True)
 class Table:
     conventions: tuple[Convention, ...]
-    index_names: tuple[str, ...]
+    index_names: tuple[str, ...]  # globs
     index_attributes: tuple[Condition, ...]
     payload_attributes: tuple[str, ...]
     document_containers: tuple[str, ...]
@@ -131,15 +150,19 @@ class Table:
     def chain_outputs(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(k for c in self.conventions for k in c.chain_output))
 
+    @cached_property
+    def _index_names(self) -> re.Pattern[str] | None:
+        return re.compile("|".join(fnmatch.translate(p) for p in self.index_names)) if self.index_names else None
+
     def index_building(self, name: str, attributes: Mapping[str, Any]) -> bool:
         """A span that makes documents while building an index (never a built-in retrieval)."""
         if any(c.holds(name, attributes) for c in self.index_attributes):
             return True
-        names = [name]
+        names = self._index_names
+        if names is None:
+            return False
         entity = attributes.get("traceloop.entity.name")
-        if isinstance(entity, str):
-            names.append(entity)
-        return any(fnmatch.fnmatchcase(n, pattern) for n in names for pattern in self.index_names)
+        return names.match(name) is not None or (isinstance(entity, str) and names.match(entity) is not None)
 
 
 # -- the file's schema --

@@ -73,9 +73,9 @@ CASES: dict[str, list[Expected]] = {
     "langchain-openinference-genai-hidden": [Expected("openinference", [], [], None, q.text, without_text=3,
                                                       span_name="VectorStoreRetriever") for q in QUESTIONS],
     # The index build (SentenceSplitter, embeddings) is no retrieval: only the query's retriever.
-    "llamaindex-openllmetry-indexbuild": [Expected("openllmetry", [DOC_BY_ID[i].text for i in QUESTIONS[0].retrieved_ids],
-                                                   [], QUESTIONS[0].answer, QUESTIONS[0].text,
-                                                   span_name="VectorIndexRetriever.task")],
+    "llamaindex-openllmetry-indexbuild": [
+        Expected("openllmetry", [DOC_BY_ID[i].text for i in QUESTIONS[0].retrieved_ids], [], QUESTIONS[0].answer,
+                 QUESTIONS[0].text, span_name="VectorIndexRetriever.task")],
     # Shapes the app chose: nothing is read without a mapping.
     "mastra171-workflow": [],
     "mastra171-tool": [],
@@ -181,7 +181,8 @@ async def test_a_mapping_reads_the_shape_the_app_chose_once(name: str, mappings:
 
 
 def test_the_single_mapping_no_longer_takes_the_generate_step_as_a_retrieval() -> None:
-    mapping = {"query": "mastra.workflow_step.input$.question", "contexts": "mastra.workflow_step.output$.documents[*].text"}
+    mapping = {"query": "mastra.workflow_step.input$.question",
+               "contexts": "mastra.workflow_step.output$.documents[*].text"}
     spans = [span_record(s, "svc", 20_000) for request, _ in requests("mastra171-workflow")
              for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     [found] = Conventions(ConventionConfig(mapping=mapping)).extract(spans)

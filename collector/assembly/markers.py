@@ -184,8 +184,12 @@ class MarkerScanner:
             if self._checks is not None:
                 whole = start == 0 and end == len(data)
                 found = self._checks.find_matches_as_indexes(data if whole else memoryview(data)[start:end])
-                for pattern, hits in Counter(map(itemgetter(0), found)).items():
-                    count.checked[self._check_index[pattern]] = hits
+                if len(self._check_index) == 1:  # the usual case: OpenInference's first document
+                    if found:
+                        count.checked[self._check_index[0]] = len(found)
+                else:
+                    for pattern, hits in Counter(map(itemgetter(0), found)).items():
+                        count.checked[self._check_index[pattern]] = hits
             self._check(count)
         return counts
 

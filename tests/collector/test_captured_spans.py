@@ -10,7 +10,8 @@ unsampled, the byte-level count gives the same number of retrievals.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -93,14 +94,16 @@ def _graph_result() -> Expected:
                     span_name="execute_tool searchDocs")
 
 
-WORKFLOW_MAPPINGS = """
-mappings:
-  - name: retrieve-step
-    when: {mastra.workflow_step.step_id: retrieve}
-    query: mastra.workflow_step.input$.question
-    contexts: mastra.workflow_step.output$.documents[*].text
-    ids: mastra.workflow_step.output$.documents[*].id
-"""
+def documented_mappings() -> str:
+    """The `conventions.mappings` example of docs/CONFIG.md (a Mastra workflow's retrieve step):
+    the example users copy is the one tested."""
+    from ctxprec.collector.config_docs import STRUCTURES
+
+    block = STRUCTURES.split("```yaml", 1)[1].split("```", 1)[0]
+    return yaml.safe_dump(yaml.safe_load(textwrap.dedent(block))["conventions"])
+
+
+WORKFLOW_MAPPINGS = documented_mappings()
 TOOL_MAPPINGS = """
 mappings:
   - name: lookup-tool

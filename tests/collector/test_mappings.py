@@ -16,7 +16,7 @@ from ctxprec.collector import config as config_module
 from ctxprec.collector.config import ConfigError
 from pydantic import ValidationError
 
-from tests.collector.test_captured_spans import DOCS, requests
+from tests.collector.test_captured_spans import DOCS, documented_mappings, requests
 from tests.collector.test_config import parse
 
 VECTOR_OPERATION = """
@@ -118,19 +118,12 @@ def test_bad_mappings_are_refused_naming_what_is_wrong(conventions: dict[str, An
     assert message in str(error.value) and "conventions" in str(error.value)
 
 
-def test_the_issue_example_loads_from_yaml(tmp_path: Any) -> None:
+def test_the_documented_example_loads_from_a_config_file(tmp_path: Any) -> None:
     path = tmp_path / "ctxprec.yaml"
-    path.write_text("""
-conventions:
-  mappings:
-    - name: retrieve-step
-      when: {mastra.workflow_step.step_id: retrieve}
-      query: mastra.workflow_step.input$.question
-      contexts: mastra.workflow_step.output$.documents[*].text
-""", encoding="utf-8")
+    path.write_text(yaml.safe_dump({"conventions": yaml.safe_load(documented_mappings())}), encoding="utf-8")
     loaded = config_module.load(parse("--config", str(path)), environ={})
     [rule] = [r for r in loaded.conventions.rules() if r.name == "retrieve-step"]
-    assert not rule.built_in
+    assert not rule.built_in and rule.when_declares
 
 
 NEW_TABLE = """

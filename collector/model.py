@@ -20,6 +20,7 @@ class Decision(str, enum.Enum):
     OVER_BUDGET = "over_budget"
     OVERLOADED = "overloaded"
     NO_CONTEXTS = "no_contexts"
+    NO_CONTENT = "no_content"  # documents that carry no text (content capture off)
     DUPLICATE = "duplicate"
     FAILED = "failed"
 
@@ -49,13 +50,17 @@ class Retrieval:
     expected_output: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     end_time_unix_nano: int = 0  # when the retrieval ended (for score delay); 0 if unknown
-    convention: str = ""  # openinference | genai | openllmetry | mapping | rag_event
+    # A built-in convention (openinference, genai, openllmetry, mastra), mapping, the name of a
+    # conventions.mappings entry, or rag_event.
+    convention: str = ""
     # Where `output` came from: llm_span | chain_output | event | none (ctxprec.answer_source).
     answer_source: str = "none"
     # False when the answer was read from a value of unknown shape and used as it stood.
     answer_clean: bool = True
     # The resource of the span the retrieval was read from (evaluator spans are filed under it).
     resource: dict[str, Any] = field(default_factory=dict)
+    # Documents that carry an id or a score but no text (decided `no_content` when no context has text).
+    documents_without_text: int = 0
     sample_rate: float = 1.0  # set by sampling
     # The input this retrieval came from, released once when the retrieval has its decision (a
     # Kafka message's offset, a trace's batch of messages); None when nothing waits on it.

@@ -124,6 +124,8 @@ def answer_text(value: Any) -> Text | None:
     found = _find_answer(decoded, 0)
     if found:
         return Text(found)
+    if _messages_without_text(decoded):
+        return None  # a turn that only called tools: no answer, not an unknown shape
     raw = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return Text(raw, clean=False) if raw.strip() else None
 
@@ -155,6 +157,12 @@ def _find_answer(value: Any, depth: int) -> str | None:
             if found:
                 return found
     return None
+
+
+def _messages_without_text(value: Any) -> bool:
+    """GenAI messages ({role, parts}) whose parts hold no text (tool calls, empty text)."""
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(isinstance(m, dict) and isinstance(m.get("parts"), list) for m in items)
 
 
 def _last_turn(items: list[Any]) -> list[Any]:

@@ -5,11 +5,10 @@
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxprec.collector.generated_docs import write_or_check
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.metrics.registry import RECEIVER_ERROR_REASONS, Metrics, rank_label
 from ctxprec.collector.model import Decision
@@ -91,17 +90,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/METRICS.md is out of date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if PATH.read_text(encoding="utf-8") != text:
-            sys.stderr.write(f"{PATH} is out of date: run python -m ctxprec.collector.metrics.reference\n")
-            return 1
-        return 0
-    PATH.write_text(text, encoding="utf-8")
-    return 0
+    return write_or_check(PATH, render, "ctxprec.collector.metrics.reference", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

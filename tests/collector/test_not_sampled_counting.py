@@ -166,6 +166,39 @@ async def test_nested_retriever_spans_count_once_sampled_or_not() -> None:
     assert all(len(r.contexts) == 1 for r in sink.retrievals)
 
 
+async def test_a_nest_exported_in_two_requests_counts_once_and_siblings_count_twice() -> None:
+    """OpenLLMetry's LlamaIndex retriever: a VectorIndexRetriever.task span with documents inside
+    another. The inner one ends first and may leave in an earlier export batch than the outer one
+    (either order is seen); two retrievals side by side under one root stay two."""
+    def nest(trace: bytes) -> list[Span]:
+        outer = make_span("traceloop", trace)
+        name, attributes, _ = KINDS["traceloop"]
+        return [span(trace, name, attributes, parent=outer.span_id), outer]
+
+    for order in ((0, 1), (1, 0)):
+        ingest, sink = make_ingest(rate=0.0)
+        halves = [nest(trace_id(False)) for _ in range(3)]
+        for index in order:
+            await ingest.ingest(request_with([("svc", [pair[index] for pair in halves])]), receiver="otlp_http")
+        assert sink.not_sampled_counts == {"svc": 3}, order
+    # LlamaIndex under OpenInference: the inner span (no documents) in one request, the outer one
+    # (documents, counted by its exact marker) in the next.
+    ingest, sink = make_ingest(rate=0.0)
+    pairs = [nested_retrieval(trace_id(False)) for _ in range(3)]
+    for index in (0, 1):
+        await ingest.ingest(request_with([("svc", [pair[index] for pair in pairs])]), receiver="otlp_http")
+    await ingest.ingest(request_with([("svc", [make_span("openinference", trace_id(False))])]), receiver="otlp_http")
+    assert sink.not_sampled_counts == {"svc": 4}
+    ingest, sink = make_ingest(rate=0.0)
+    trace = trace_id(False)
+    root = span(trace, "handle", {"http.request.method": "POST"})
+    name, attributes, _ = KINDS["traceloop"]
+    first, second = (span(trace, name, attributes, parent=root.span_id) for _ in range(2))
+    for batch in ([first], [second, root]):
+        await ingest.ingest(request_with([("svc", batch)]), receiver="otlp_http")
+    assert sink.not_sampled_counts == {"svc": 2}
+
+
 async def test_a_disabled_convention_is_neither_counted_nor_extracted() -> None:
     ingest, sink = make_ingest(rate=0.5, config=ConventionConfig(order=(OPENINFERENCE,)))
     spans = [make_span(k, trace_id(False)) for k in ("openinference", "genai", "traceloop")]

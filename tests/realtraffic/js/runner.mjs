@@ -100,10 +100,8 @@ async function main() {
   }
   writeFileSync(values.out, JSON.stringify({ app: values.app, shape: values.shape, versions: app.versions ?? {},
                                              runs }, null, 2) + '\n');
-  // Apps exporting through their framework's own exporter (Mastra) leave the provider empty
-  // when called directly; an exporter that failed is always an error.
-  const problems = exportProblems(telemetry.exporters).filter((p) => !p.includes(' 0 exported, 0 failed')
-                                                                  || app.usesGlobalProvider);
+  const problems = exportProblems(telemetry.exporters,
+                                  { requireSpans: app.usesGlobalProvider || values.shape === 'http' });
   for (const p of problems) console.error(p);
   return problems.length ? 1 : 0;
 }

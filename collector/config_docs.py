@@ -60,12 +60,32 @@ STRUCTURES = """## Structured keys (YAML only)
   (a name or a glob such as `checkout-*`) and optional `attributes` (span attributes that must all
   be equal, compared as text). A retrieval that no rule matches gets `sampling.default_rate`. A
   rule with rate 0 excludes on purpose: its retrievals are decided `filtered`.
-- `conventions.order`: the conventions tried per span, first that finds documents wins; any of
-  `openinference`, `genai`, `openllmetry`, `mapping` (see FORMATS.md, "Span attributes read").
-- `conventions.mapping`: your own span attributes, for spans no convention covers:
-  `query` (an attribute key, or `key$json.path`), `contexts` (a key holding a JSON list, a
-  `key$json.path` such as `app.hits$.documents[*].text`, or a per-item pattern such as
-  `app.docs.{i}.text`), optional `output` (the answer).
+- `conventions.order`: the conventions tried per span and per nest of spans; of the spans of one
+  nest (one inside the other), the first in this list that finds documents reads the retrieval.
+  Names: the built-in conventions `openinference`, `genai`, `openllmetry`, `mastra` (see
+  FORMATS.md, "Span attributes read"), `mapping` (the single `conventions.mapping`), the `name`
+  of a `conventions.mappings` entry, and `mappings`, which stands for every entry not named on
+  its own. The default puts `mappings` first (your own shapes win) and `mapping` last. A given
+  order must name every entry (or `mappings`); a convention left out is not read.
+- `conventions.mappings`: your own span attributes, for the spans that match `when`; a list of
+  `{name, when, query, contexts, ids, output}`. `when` maps span attributes (or `span.name`) to a
+  value or a list of values, all of which must match (compared as text); only those spans are
+  read by the entry, and each of them is a retrieval (with no documents found: `no_contexts`),
+  even one that builds an index. `query`, `contexts`, `ids` and `output` as in `mapping`:
+  ```yaml
+  conventions:
+    mappings:
+      - name: retrieve-step
+        when: {mastra.workflow_step.step_id: retrieve}
+        query: mastra.workflow_step.input$.question
+        contexts: mastra.workflow_step.output$.documents[*].text
+        ids: mastra.workflow_step.output$.documents[*].id
+  ```
+- `conventions.mapping`: your own span attributes, read on every span that has the `query`
+  attribute and the `contexts` (a JSON path must reach a list): `query` (an attribute key, or
+  `key$json.path`), `contexts` (a key holding a list or JSON list, a `key$json.path` such as
+  `app.hits$.documents[*].text`, or a per-item pattern such as `app.docs.{i}.text`), optional
+  `ids` (the documents' ids, in the same forms) and optional `output` (the answer).
 - `export.sinks`: a list of `KIND=URL` (`- phoenix=http://phoenix:6006`), or of one-key mappings
   (`- langfuse: https://cloud.langfuse.com`); `CTXPREC_SINK` takes them separated by commas or
   spaces; each `--sink` flag adds one. See PHOENIX.md and LANGFUSE.md.

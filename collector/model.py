@@ -20,6 +20,7 @@ class Decision(str, enum.Enum):
     OVER_BUDGET = "over_budget"
     OVERLOADED = "overloaded"
     NO_CONTEXTS = "no_contexts"
+    NO_CONTENT = "no_content"  # documents that carry no text (content capture off)
     DUPLICATE = "duplicate"
     FAILED = "failed"
 
@@ -56,6 +57,8 @@ class Retrieval:
     answer_clean: bool = True
     # The resource of the span the retrieval was read from (evaluator spans are filed under it).
     resource: dict[str, Any] = field(default_factory=dict)
+    # Documents that carry an id or a score but no text (decided `no_content` when no context has text).
+    documents_without_text: int = 0
     sample_rate: float = 1.0  # set by sampling
     # The input this retrieval came from, released once when the retrieval has its decision (a
     # Kafka message's offset, a trace's batch of messages); None when nothing waits on it.

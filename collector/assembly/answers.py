@@ -17,16 +17,12 @@ shape had to be used as it stood.
 """
 from __future__ import annotations
 
-import re
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ctxprec.collector.assembly.documents import (
-    GENAI_OPERATION,
-    OI_KIND,
-    TRACELOOP_OUTPUT,
-)
 from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.assembly.table import AnswerSource, LlmRule, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.assembly.values import (
     Text,
@@ -41,13 +37,16 @@ LLM_SPAN = "llm_span"
 CHAIN_OUTPUT = "chain_output"
 NONE = "none"
 
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion", "llm_request"})
-_OUTPUT_PREFIXES = ("llm.output_messages.", "output.", "gen_ai.output.", "gen_ai.completion.", TRACELOOP_OUTPUT,
-                    "gen_ai.task.output")
-_OI_OUTPUT_MESSAGE = re.compile(r"^llm\.output_messages\.(\d{1,6})\.message\.(role|content|contents\.(\d{1,6})\.message_content\.text)$")
-_GENAI_COMPLETION = re.compile(r"^gen_ai\.completion\.(\d{1,6})\.(role|content)$")
+_TABLE = table()
+_LLM_RULES = _TABLE.llm_rules
+_ANSWERS = _TABLE.answers
+_ANSWER_PREFIXES = _TABLE.answer_prefixes
+_CHAIN_OUTPUTS = _TABLE.chain_outputs
+# Keys of the attributes that say a span is an LLM call (its kind), never part of its prompt.
+_DECLARING_KEYS = frozenset(c.key for rule in _LLM_RULES for c in rule.declared)
 _NEEDLE_CHARS = 120  # a context is found in a prompt by its first characters (whitespace folded)
 _MIN_NEEDLE_CHARS = 12
+_ASSISTANT_ROLES = ("assistant", "ai", "model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,46 +59,65 @@ class Answer:
 NO_ANSWER = Answer(None, NONE)
 
 
-def is_llm_span(span: SpanRecord) -> bool:
-    attributes = span.attributes
-    kind = attributes.get(OI_KIND)
-    if isinstance(kind, str):
-        return kind.upper() == "LLM"
-    if str(attributes.get(GENAI_OPERATION)) in LLM_OPERATIONS:
-        return True
-    if attributes.get("llm.request.type") in ("chat", "completion"):
-        return True
-    return "gen_ai.output.messages" in attributes or any(key.startswith("gen_ai.completion.") for key in attributes)
-
-
-def llm_output(span: SpanRecord) -> Text | None:
-    """The answer an LLM span produced, as clean text when any known key holds it."""
-    attributes = span.attributes
-    text = _indexed_messages(attributes, _OI_OUTPUT_MESSAGE)
-    if text:
-        return Text(text)
-    for key in ("gen_ai.output.messages",):
-        if key in attributes:
-            found = answer_text(attributes[key])
-            if found is not None:
-                return found
-    text = _indexed_messages(attributes, _GENAI_COMPLETION)
-    if text:
-        return Text(text)
-    for key in ("output.value", TRACELOOP_OUTPUT):
-        if key in attributes:
-            found = answer_text(attributes[key])
-            if found is not None:
-                # LlamaIndex's ChatResponse reads "assistant: <text>" when turned into a string.
-                if found.clean and found.value.startswith("assistant: "):
-                    return Text(found.value[len("assistant: "):])
-                return found
+def llm_rule(span: SpanRecord) -> LlmRule | None:
+    """The convention that says `span` is an LLM call (table order), else None. A convention whose
+    kind attribute is `exclusive` decides alone when the span carries that attribute."""
+    attributes, name = span.attributes, span.name
+    for rule in _LLM_RULES:
+        if rule.exclusive and any(c.present_in(attributes) for c in rule.declared):
+            return rule if any(c.holds(name, attributes) for c in rule.declared) else None
+    for rule in _LLM_RULES:
+        if any(c.holds(name, attributes) for c in rule.declared):
+            return rule
+        for spec in rule.present:
+            if spec.pattern:
+                prefix, suffix = spec.prefix or "", spec.suffix
+                if any(k.startswith(prefix) and k.endswith(suffix) for k in attributes):
+                    return rule
+            elif spec.key in attributes:
+                return rule
     return None
+
+
+def is_llm_span(span: SpanRecord) -> bool:
+    return llm_rule(span) is not None
+
+
+def llm_output(span: SpanRecord, rule: LlmRule | None = None) -> Text | None:
+    """The answer an LLM span produced, as clean text: where the convention that recognised the
+    span puts it first, then any other known key. Empty outputs (a turn that only called a
+    tool) are no answer."""
+    attributes = span.attributes
+    sources = (*rule.answers, *_ANSWERS) if rule is not None else _ANSWERS
+    for source in sources:
+        found = _read_answer(source, attributes)
+        if found is not None and found.value.strip():
+            return found
+    return None
+
+
+def _read_answer(source: AnswerSource, attributes: dict[str, Any]) -> Text | None:
+    if source.messages is not None:
+        text = _indexed_messages(attributes, source)
+        return Text(text) if text else None
+    assert source.value is not None
+    value = source.value.resolve(attributes)
+    if value is None:
+        return None
+    if source.as_written:  # a structured output: the object is the answer, as the model wrote it
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        return Text(text)
+    found = answer_text(value)
+    prefix = source.strip_prefix
+    if found is not None and prefix and found.clean and found.value.startswith(prefix):
+        # LlamaIndex's ChatResponse reads "assistant: <text>" when turned into a string.
+        return Text(found.value[len(prefix):])
+    return found
 
 
 def span_output(span: SpanRecord) -> Text | None:
     """A chain span's output as an answer."""
-    for key in ("output.value", TRACELOOP_OUTPUT, "gen_ai.task.output"):
+    for key in _CHAIN_OUTPUTS:
         if key in span.attributes:
             found = answer_text(span.attributes[key])
             if found is not None:
@@ -107,9 +125,11 @@ def span_output(span: SpanRecord) -> Text | None:
     return None
 
 
-def _indexed_messages(attributes: dict[str, Any], pattern: re.Pattern[str]) -> str | None:
+def _indexed_messages(attributes: dict[str, Any], source: AnswerSource) -> str | None:
     """`prefix.{i}.content` style output messages, in index order, assistant turns only when
     roles are given."""
+    pattern = source.messages
+    assert pattern is not None
     contents: dict[int, list[tuple[int, str]]] = {}
     roles: dict[int, str] = {}
     for key, value in attributes.items():
@@ -117,29 +137,34 @@ def _indexed_messages(attributes: dict[str, Any], pattern: re.Pattern[str]) -> s
         if match is None:
             continue
         index = int(match.group(1))
-        if match.group(2) == "role":
+        if match.group(2) == source.role:
             if isinstance(value, str):
                 roles[index] = value.lower()
         elif isinstance(value, str):
-            part = match.group(3) if match.lastindex and match.lastindex >= 3 else None
+            part = next((g for g in match.groups()[2:] if g is not None), None)
             contents.setdefault(index, []).append((int(part) if part is not None else -1, value))
     if not contents:
         return None
     indices = sorted(contents)
-    if any(roles.get(i) in ("assistant", "ai", "model") for i in indices):
-        indices = [i for i in indices if roles.get(i, "assistant") in ("assistant", "ai", "model")]
+    if any(roles.get(i) in _ASSISTANT_ROLES for i in indices):
+        indices = [i for i in indices if roles.get(i, "assistant") in _ASSISTANT_ROLES]
     texts = ["".join(text for _, text in sorted(contents[i])) for i in indices]
     joined = "\n".join(t for t in texts if t)
     return joined or None
 
 
-def llm_input_text(span: SpanRecord) -> str:
-    """Everything the span says went into the model, JSON opened and whitespace folded: prompts,
-    input messages, system instructions, template variables."""
+def llm_input_text(span: SpanRecord, rule: LlmRule | None = None) -> str:
+    """Everything the span says went into the model, JSON opened and whitespace folded: the
+    prompt attributes its convention names, else every attribute that is not an answer
+    (prompts, input messages, system instructions, template variables)."""
+    attributes = span.attributes
+    if rule is not None and rule.prompt:
+        values = [attributes[key] for key in rule.prompt if key in attributes]
+    else:
+        values = [value for key, value in attributes.items()
+                  if not key.startswith(_ANSWER_PREFIXES) and key not in _DECLARING_KEYS]
     pieces: list[str] = []
-    for key, value in span.attributes.items():
-        if key.startswith(_OUTPUT_PREFIXES) or key == OI_KIND:
-            continue
+    for value in values:
         for text in strings_in(value):
             pieces.append(text)
             unwrapped = repr_message_text(text)
@@ -162,20 +187,25 @@ def consumed(haystack: str, needles: Iterable[str]) -> bool:
 
 
 def find_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tree: TraceTree) -> Answer:
-    candidates = sorted(
-        (s for s in tree.spans
-         if s.span_id != retrieval.span_id and s.start_time_unix_nano >= retrieval.start_time_unix_nano
-         and is_llm_span(s) and not tree.is_ancestor(retrieval, of=s)),
-        key=lambda s: (s.start_time_unix_nano, s.end_time_unix_nano))
+    candidates: list[tuple[SpanRecord, LlmRule]] = []
+    for s in tree.spans:
+        if s.span_id == retrieval.span_id or s.start_time_unix_nano < retrieval.start_time_unix_nano:
+            continue
+        rule = llm_rule(s)
+        if rule is not None and not tree.is_ancestor(retrieval, of=s):
+            candidates.append((s, rule))
+    candidates.sort(key=lambda c: (c[0].start_time_unix_nano, c[0].end_time_unix_nano))
     if candidates:
         needles = context_needles(contexts)
-        consumers = [s for s in candidates if needles and consumed(llm_input_text(s), needles)]
-        for span in reversed(consumers):
-            found = llm_output(span)
+        consumers = [c for c in candidates if needles and consumed(llm_input_text(*c), needles)]
+        # An SDK's outer call and its inner model call (ai.generateText around doGenerate) both
+        # hold the prompt and the answer: either gives the same one answer.
+        for span, rule in reversed(consumers):
+            found = llm_output(span, rule)
             if found is not None:
                 return Answer(found.value, LLM_SPAN, found.clean)
-        for span in candidates:
-            found = llm_output(span)
+        for span, rule in candidates:
+            found = llm_output(span, rule)
             if found is not None:
                 return Answer(found.value, LLM_SPAN, found.clean)
         return NO_ANSWER

@@ -1,13 +1,19 @@
 """Finding the retrievals of an assembled trace, with their query, contexts and answer.
 
-A span is taken as a retrieval by a kind or operation attribute
-(`openinference.span.kind = RETRIEVER`, `gen_ai.operation.name` = `retrieval` or
-`vector_db_retrieve`) or by carrying documents under an enabled convention (documents.py), never
-by its name. Retrieval spans nested in one another are one retrieval, as frameworks wrap their
-retrievers (LlamaIndex's `retrieve` around `_retrieve`, a multi-query retriever around its
-searches): the retrieval is read from the outermost span of the nest that carries documents,
-preferring spans that say they are retrievals, and when no span of the nest has documents it is
-one retrieval without contexts (decided `no_contexts`). The answer comes from answers.py.
+The rules come from the conventions table (table.py) and from the user's mappings
+(`conventions.mapping`, `conventions.mappings`), tried in `conventions.order`. A span is taken as
+a retrieval when a rule's declared attribute says so (`openinference.span.kind = RETRIEVER`,
+`gen_ai.operation.name = retrieval`), when a mapping's `when` matches it, or when it carries
+documents under an enabled rule; never by its name alone, and never when it builds an index
+(a text splitter, an embedding call) unless a mapping names it.
+
+One retrieval is never counted twice. Findings on one span are one retrieval, read by the first
+rule in `order` that finds documents. Retrieval spans nested in one another (one an ancestor of
+the other) are one retrieval too, as frameworks wrap their retrievers (LlamaIndex's `retrieve`
+around `_retrieve`, a Mastra tool span around its vector query): it is read from the spans of the
+nest with documents under the earliest rule in `order`, declared ones first, the outermost of
+them; when no span of the nest has documents it is one retrieval without contexts (decided
+`no_contexts`, or `no_content` when its documents carry no text). The answer comes from answers.py.
 """
 from __future__ import annotations
 
@@ -20,37 +26,88 @@ from ctxprec.collector.assembly.answers import (
     Answer,
     find_answer,
 )
-from ctxprec.collector.assembly.documents import (
-    ALL_CONVENTIONS,
-    GENAI,
-    GENAI_OPERATION,
-    MAPPING,
-    OI_KIND,
-    OPENINFERENCE,
-    OPENLLMETRY,
-    TRACELOOP_INPUT,
-    TRACELOOP_NAME,
-    TRACELOOP_OUTPUT,
-    AttributeMapping,
-    Found,
-    read_documents,
-)
+from ctxprec.collector.assembly.documents import Found, read_documents
 from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
+from ctxprec.collector.assembly.table import RetrievalRule, Source, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
-from ctxprec.collector.assembly.values import query_text
 from ctxprec.collector.config_types import Count, OptionalText, setting
 from ctxprec.collector.model import Retrieval
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-RETRIEVAL_OPERATIONS = frozenset({"retrieval", "vector_db_retrieve"})
-# Attributes that hold documents: kept out of `Retrieval.attributes`, which sampling rules read.
-_DOC_PREFIXES = ("retrieval.documents.", "gen_ai.retrieval.documents", TRACELOOP_OUTPUT, TRACELOOP_INPUT,
-                 "gen_ai.task.output", "gen_ai.task.input")
+OPENINFERENCE = "openinference"
+GENAI = "genai"
+OPENLLMETRY = "openllmetry"
+MASTRA = "mastra"
+MAPPING = "mapping"  # the single `conventions.mapping`
+MAPPINGS = "mappings"  # in `order`: every entry of `conventions.mappings` not named there itself
+BUILT_IN = table().retrieval_names
+ALL_CONVENTIONS = (*BUILT_IN, MAPPING)
+DEFAULT_ORDER = (MAPPINGS, *BUILT_IN, MAPPING)
+TRACELOOP_NAME = "traceloop.entity.name"
+
 _MAX_RULE_ATTRIBUTES = 64
 _MAX_RULE_VALUE_CHARS = 256
 
-__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "Extracted",
-           "GENAI", "MAPPING", "OPENINFERENCE", "OPENLLMETRY", "RETRIEVAL_OPERATIONS", "rule_attributes"]
+__all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "Extracted", "GENAI",
+           "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
+
+
+def _check_spec(value: str | None) -> str | None:
+    if value is not None:
+        parse_spec(value)  # ValueError names what is wrong
+    return value
+
+
+class AttributeMapping(BaseModel):
+    """The single user mapping (`conventions.mapping`). Each field is an attribute key, optionally
+    followed by a JSON path into that attribute's (JSON) value: `"app.request$.question"`,
+    `"app.docs$[*].text"`. `contexts` and `ids` may instead be a per-item pattern with `{i}`:
+    `"app.docs.{i}.text"`. Read on every span that has the `query` attribute."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query: str = Field(description="attribute key (or key$json.path) of the query", min_length=1)
+    contexts: str = Field(description="attribute key (or key$json.path, or a key pattern with {i}) of the "
+                                      "contexts", min_length=1)
+    ids: str | None = Field(None, description="attribute key (or key$json.path, or a key pattern with {i}) of the "
+                                              "documents' ids, in the contexts' order")
+    output: str | None = Field(None, description="attribute key (or key$json.path) of the answer")
+
+    @field_validator("query", "contexts", "ids", "output")
+    @classmethod
+    def _spec(cls, value: str | None) -> str | None:
+        return _check_spec(value)
+
+    def query_key(self) -> str:
+        return self.query.split("$", 1)[0]
+
+    def rule(self, name: str = MAPPING) -> RetrievalRule:
+        """The mapping as a rule: it reads the spans that carry its query attribute and its
+        contexts (a JSON path must reach a list: a later step whose input repeats the query
+        but whose output holds no documents is no second retrieval)."""
+        return RetrievalRule(name=name, when=conditions({self.query_key(): "*"}), sources=(self._source(),),
+                             query=parse_specs(self.query), output=parse_spec(self.output) if self.output else None)
+
+    def _source(self) -> Source:
+        contexts = parse_spec(self.contexts)
+        return Source(contexts=contexts, ids=parse_spec(self.ids) if self.ids else None,
+                      require="list" if contexts.has_path else "key")
+
+
+class MappingEntry(AttributeMapping):
+    """One entry of `conventions.mappings`: a mapping that reads only the spans matching `when`."""
+
+    name: str = Field(description="how `conventions.order` names it", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    when: dict[str, str | int | float | bool | list[str | int | float | bool]] = Field(
+        description="span attribute (or span.name) -> value, or list of values; all must match", min_length=1)
+
+    def rule(self, name: str | None = None) -> RetrievalRule:
+        """A span that matches `when` is a retrieval under this entry, with or without documents;
+        being an index-building span does not keep it out (the entry names it)."""
+        return RetrievalRule(name=self.name, when=conditions(self.when), sources=(self._source(),),
+                             query=parse_specs(self.query), output=parse_spec(self.output) if self.output else None,
+                             built_in=False, when_declares=True)
 
 
 class ConventionConfig(BaseModel):
@@ -58,10 +115,16 @@ class ConventionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
-    order: tuple[str, ...] = setting((OPENINFERENCE, GENAI, OPENLLMETRY, MAPPING),
-                                     "conventions tried per span, first that finds documents wins (YAML only)")
+    order: tuple[str, ...] = setting(DEFAULT_ORDER, "conventions tried per span and per nest of spans, the first "
+                                                    "that finds documents wins; names: the built-in conventions, "
+                                                    "mapping, each mappings entry's name, mappings for the entries "
+                                                    "not named (YAML only)")
     mapping: AttributeMapping | None = setting(None, "your own attribute keys or JSON paths: {query, contexts, "
-                                                     "output} (YAML only)")
+                                                     "ids, output}, read on every span with the query attribute "
+                                                     "(YAML only)")
+    mappings: tuple[MappingEntry, ...] = setting((), "your own attribute keys or JSON paths for the spans that match "
+                                                     "`when`: a list of {name, when, query, contexts, ids, output} "
+                                                     "(YAML only)")
     retriever_attribute: OptionalText = setting(None, "span attribute naming the retriever (metrics label); "
                                                       "default: traceloop.entity.name, else the span name")
     expected_output_attribute: OptionalText = setting(None, "span attribute holding a reference answer",
@@ -71,13 +134,48 @@ class ConventionConfig(BaseModel):
 
     @field_validator("order", mode="before")
     @classmethod
-    def _known(cls, raw: Any) -> Any:
+    def _a_list(cls, raw: Any) -> Any:
         if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
-            raise ValueError(f"must be a list of {', '.join(ALL_CONVENTIONS)}")
-        unknown = [name for name in raw if name not in ALL_CONVENTIONS]
-        if unknown:
-            raise ValueError(f"unknown convention {unknown[0]!r}; known: {', '.join(ALL_CONVENTIONS)}")
+            raise ValueError(f"must be a list of {', '.join((*ALL_CONVENTIONS, MAPPINGS))} or mappings entry names")
         return tuple(raw)
+
+    @model_validator(mode="after")
+    def _known(self) -> "ConventionConfig":
+        names = [entry.name for entry in self.mappings]
+        clash = sorted({n for n in names if names.count(n) > 1 or n in (*ALL_CONVENTIONS, MAPPINGS)})
+        if clash:
+            raise ValueError(f"[mappings] entry name {clash[0]!r} is used twice or is a built-in convention's name")
+        known = (*ALL_CONVENTIONS, MAPPINGS, *names)
+        unknown = [name for name in self.order if name not in known]
+        if unknown:
+            raise ValueError(f"[order] unknown convention {unknown[0]!r}; known: {', '.join(known)}")
+        repeated = sorted({n for n in self.order if self.order.count(n) > 1})
+        if repeated:
+            raise ValueError(f"[order] {repeated[0]!r} is listed twice")
+        left_out = [n for n in names if n not in self.order] if MAPPINGS not in self.order else []
+        if left_out:
+            raise ValueError(f"[order] mappings entry {left_out[0]!r} is not in conventions.order "
+                             f"(name it, or add {MAPPINGS!r})")
+        return self
+
+    def rules(self) -> tuple[RetrievalRule, ...]:
+        """The enabled rules in the order they are tried."""
+        named = set(self.order)
+        by_name = {entry.name: entry for entry in self.mappings}
+        out: list[RetrievalRule] = []
+        for name in self.order:
+            if name in BUILT_IN:
+                rule = table().convention(name).retrieval
+                assert rule is not None
+                out.append(rule)
+            elif name == MAPPING:
+                if self.mapping is not None:
+                    out.append(self.mapping.rule())
+            elif name == MAPPINGS:
+                out.extend(entry.rule() for entry in self.mappings if entry.name not in named)
+            else:
+                out.append(by_name[name].rule())
+        return tuple(out)
 
 
 @dataclass(slots=True)
@@ -91,31 +189,28 @@ class Extracted:
 class _Candidate:
     span: SpanRecord
     found: Found
-    declared: bool  # a kind/operation attribute says it is a retrieval
+    rank: int  # the position of the rule that read it in `order`
 
 
 class Conventions:
     def __init__(self, config: ConventionConfig | None = None) -> None:
         self.config = config or ConventionConfig()
-        order = [name for name in self.config.order if name != MAPPING or self.config.mapping is not None]
-        self.order: tuple[str, ...] = tuple(order)
-        self._oi = OPENINFERENCE in self.order
-        self._operations = GENAI in self.order or OPENLLMETRY in self.order
+        self.rules: tuple[RetrievalRule, ...] = self.config.rules()
+        self.order: tuple[str, ...] = tuple(rule.name for rule in self.rules)
+        self._rank = {name: i for i, name in enumerate(self.order)}
+        # Attributes that hold documents: kept out of `Retrieval.attributes`, which sampling rules read.
+        prefixes = {source.contexts.key_prefix() for rule in self.rules for source in rule.sources
+                    if source.events is None}
+        self._payload_prefixes = tuple(sorted(prefixes | set(table().payload_attributes)))
 
     # -- detection (per span) --
 
-    def declared(self, span: SpanRecord) -> bool:
-        """A kind or operation attribute says `span` is a retrieval."""
-        attributes = span.attributes
-        return ((self._oi and attributes.get(OI_KIND) == "RETRIEVER")
-                or (self._operations and str(attributes.get(GENAI_OPERATION)) in RETRIEVAL_OPERATIONS))
-
     def is_retrieval(self, span: SpanRecord) -> bool:
-        """Declared, or carrying documents under an enabled convention."""
-        return self.declared(span) or self._read(span) is not None
+        """Declared, or carrying documents under an enabled rule."""
+        return self._read(span) is not None
 
     def _read(self, span: SpanRecord) -> Found | None:
-        return read_documents(span, self.order, self.config.max_contexts, self.config.mapping)
+        return read_documents(span, self.rules, self.config.max_contexts)
 
     # -- a trace's retrievals --
 
@@ -138,12 +233,9 @@ class Conventions:
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []
         for span in spans:
-            declared = self.declared(span)
             found = self._read(span)
-            if found is None and declared:
-                found = Found(OPENINFERENCE if span.attributes.get(OI_KIND) else GENAI, _any_query(span))
             if found is not None:
-                candidates.append(_Candidate(span, found, declared))
+                candidates.append(_Candidate(span, found, self._rank.get(found.convention, len(self._rank))))
         return candidates
 
     def _extracted(self, chosen: _Candidate, group: list[_Candidate], tree: TraceTree) -> Extracted:
@@ -164,12 +256,13 @@ class Conventions:
             retriever=self._retriever_name(span),
             output=answer.text,
             expected_output=self._expected_output(span, tree),
-            attributes=rule_attributes(span.attributes),
+            attributes=rule_attributes(span.attributes, self._payload_prefixes),
             end_time_unix_nano=span.end_time_unix_nano,
             convention=found.convention,
             answer_source=answer.source,
             answer_clean=answer.clean,
             resource=span.resource,
+            documents_without_text=found.without_text,
         )
         return Extracted(retrieval, span, found.dropped)
 
@@ -191,15 +284,6 @@ class Conventions:
             if isinstance(value, str) and value:
                 return value
         return None
-
-
-def _any_query(span: SpanRecord) -> str:
-    for key in ("input.value", "gen_ai.retrieval.query.text", TRACELOOP_INPUT):
-        if key in span.attributes:
-            text = query_text(span.attributes[key])
-            if text:
-                return text
-    return ""
 
 
 def _nests(candidates: list[_Candidate], tree: TraceTree) -> list[list[_Candidate]]:
@@ -225,10 +309,16 @@ def _nests(candidates: list[_Candidate], tree: TraceTree) -> list[list[_Candidat
 
 
 def _representatives(group: list[_Candidate], tree: TraceTree) -> list[_Candidate]:
-    """The spans a nest is read from: its outermost spans with documents (declared ones first),
-    or, when none has documents, its outermost span."""
+    """The spans a nest is read from: its outermost spans with documents under the earliest rule
+    in `order` (declared ones first), or, when none has documents, its outermost span (one whose
+    documents carry no text first)."""
     with_documents = [c for c in group if c.found.contexts]
-    pool = [c for c in with_documents if c.declared] or with_documents or group
+    if with_documents:
+        first = min(c.rank for c in with_documents)
+        with_documents = [c for c in with_documents if c.rank == first]
+        pool = [c for c in with_documents if c.found.declared] or with_documents
+    else:
+        pool = [c for c in group if c.found.without_text] or group
     ids = {c.span.span_id for c in pool}
     # `or pool[:1]`: hostile ids (repeated span ids, cycles) can leave no span without an ancestor.
     outermost = [c for c in pool if not any(a.span_id in ids for a in tree.ancestors(c.span))] or pool[:1]
@@ -237,11 +327,12 @@ def _representatives(group: list[_Candidate], tree: TraceTree) -> list[_Candidat
     return [min(outermost, key=lambda c: c.span.start_time_unix_nano)]
 
 
-def rule_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
-    """Small scalar attributes of the retrieval span (what sampling rules match on)."""
+def rule_attributes(attributes: dict[str, Any], payload_prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Small scalar attributes of the retrieval span (what sampling rules match on); attributes
+    that hold documents or prompts (`payload_prefixes`) are left out."""
     out: dict[str, Any] = {}
     for key, value in attributes.items():
-        if key.startswith(_DOC_PREFIXES):
+        if payload_prefixes and key.startswith(payload_prefixes):
             continue
         if isinstance(value, str):
             if len(value) > _MAX_RULE_VALUE_CHARS:

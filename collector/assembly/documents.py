@@ -1,14 +1,15 @@
-"""The documents and the query of a retrieval span, per convention.
+"""The documents and the query of a retrieval span, read by the rules of the conventions table.
 
-- OpenInference: `retrieval.documents.{i}.document.content` (`.id`, `.score`, `.metadata`), query
-  in `input.value`.
-- OTel GenAI: `gen_ai.retrieval.documents` (JSON list; text under `content` or `text`), query in
-  `gen_ai.retrieval.query.text`.
-- OpenLLMetry: `db.query.result` span events (`db.query.result.document`, in event order), or the
-  JSON of `traceloop.entity.output`: LangChain documents (`page_content`), LlamaIndex
-  NodeWithScore items (`node.text`, `node.id_`, `score`; each item may itself be a JSON string);
-  query in `traceloop.entity.input`.
-- The user mapping: attribute keys or JSON paths.
+A rule (table.py: a built-in convention's `retrieval` entry, or a user mapping) names where the
+documents are: an `{i}` pattern (one attribute per document, OpenInference), a list attribute
+(structured, or JSON text; GenAI, user mappings), a JSON path into an attribute (Mastra's tool
+results), or span events (OpenLLMetry's `db.query.result`). Documents are texts or document
+objects (LangChain `page_content`, LlamaIndex NodeWithScore `node.text`, generic
+`content`/`text`, Haystack `Document(...)` reprs); ids and scores come from their own specs when
+the rule gives them, else from each document.
+
+A document with an id or a score but no text (GenAI spans recorded without content capture) is
+counted in `Found.without_text`: such a retrieval is decided `no_content`, never scored as empty.
 
 Work is bounded on hostile input: at most `limit` contexts per retrieval (the rest are counted
 in `Found.dropped`); strings were already cut when spans were copied.
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.assembly.specs import Spec
+from ctxprec.collector.assembly.table import RetrievalRule, Source, table
 from ctxprec.collector.assembly.values import (
     as_text,
     loads,
@@ -27,47 +30,13 @@ from ctxprec.collector.assembly.values import (
     repr_message_text,
 )
 from ctxprec.collector.model import RetrievedContext
-from pydantic import BaseModel, ConfigDict, Field
 
-OPENINFERENCE = "openinference"
-GENAI = "genai"
-OPENLLMETRY = "openllmetry"
-MAPPING = "mapping"
-ALL_CONVENTIONS = (OPENINFERENCE, GENAI, OPENLLMETRY, MAPPING)
-
-OI_KIND = "openinference.span.kind"
-GENAI_OPERATION = "gen_ai.operation.name"
-GENAI_DOCUMENTS = "gen_ai.retrieval.documents"
-GENAI_QUERY = "gen_ai.retrieval.query.text"
-OLLM_EVENT = "db.query.result"
-OLLM_DOCUMENT = "db.query.result.document"
-TRACELOOP_INPUT = "traceloop.entity.input"
-TRACELOOP_OUTPUT = "traceloop.entity.output"
-TRACELOOP_NAME = "traceloop.entity.name"
-TRACELOOP_KIND = "traceloop.span.kind"
-OI_FIRST_DOCUMENT = "retrieval.documents.0.document.content"
-
-_OI_DOC = re.compile(r"^retrieval\.documents\.(\d{1,9})\.document\.(content|id|score|metadata)$")
 _TEXT_FIELDS = ("content", "text", "page_content", "document", "pageContent")
-# The start of a traceloop.entity.output that can hold documents: a list, or an object whose
-# first key is one of the documents' containers. Checked before any JSON is parsed.
-_DOCUMENTS_PREFIX = re.compile(r'^\s*(\[|\{\s*"(documents|outputs|output|result|results|nodes|source_nodes)"\s*:\s*\[)')
-
-
-class AttributeMapping(BaseModel):
-    """The user mapping. Each field is an attribute key, optionally followed by a JSON path into
-    that attribute's (JSON) value: `"app.request$.question"`, `"app.docs$[*].text"`.
-    `contexts` may instead be a per-item pattern with `{i}`: `"app.docs.{i}.text"`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    query: str = Field(description="attribute key (or key$json.path) of the query", min_length=1)
-    contexts: str = Field(description="attribute key (or key$json.path, or a key pattern with {i}) of the "
-                                      "contexts", min_length=1)
-    output: str | None = Field(None, description="attribute key (or key$json.path) of the answer")
-
-    def query_key(self) -> str:
-        return self.query.split("$", 1)[0]
+_ID_FIELDS = ("id", "document_id", "id_", "doc_id")
+_CONTAINERS = table().document_containers
+# The start of a value that can hold documents: a list, or an object whose first key is one of
+# the containers. Checked before any JSON is parsed (a task's output may be large and not documents).
+_DOCUMENTS_PREFIX = re.compile(r'^\s*(\[|\{\s*"(' + "|".join(map(re.escape, _CONTAINERS)) + r')"\s*:\s*\[)')
 
 
 @dataclass(slots=True)
@@ -78,17 +47,38 @@ class Found:
     query: str
     contexts: list[RetrievedContext] = field(default_factory=list)
     dropped: int = 0
-    output: str | None = None  # only the user mapping reads an answer off the retrieval span
+    output: str | None = None  # only a user mapping reads an answer off the retrieval span
+    declared: bool = False  # an attribute (or a mapping's `when`) says the span is a retrieval
+    without_text: int = 0  # documents that carry an id or a score but no text
 
 
-def read_documents(span: SpanRecord, order: Sequence[str], limit: int,
-                   mapping: AttributeMapping | None = None) -> Found | None:
-    """The documents of `span` under the first convention (of `order`) that finds any, else the
-    query of the first convention that recognises the span at all (a retrieval that returned
-    nothing), else None."""
+@dataclass(slots=True)
+class _Read:
+    present: bool
+    contexts: list[RetrievedContext]
+    dropped: int = 0
+    without_text: int = 0
+
+
+_ABSENT = _Read(False, [])
+
+
+def read_documents(span: SpanRecord, rules: Sequence[RetrievalRule], limit: int) -> Found | None:
+    """The documents of `span` under the first rule (of `rules`, in order) that finds any, else
+    what the first rule that recognises the span says (a retrieval that returned nothing, or
+    only documents without text), else None."""
     empty: Found | None = None
-    for convention in order:
-        found = _READERS[convention](span, limit, mapping)
+    index_building: bool | None = None
+    attributes = span.attributes
+    for rule in rules:
+        if rule.when and not all(c.holds(span.name, attributes) for c in rule.when):
+            continue
+        if rule.built_in:
+            if index_building is None:
+                index_building = table().index_building(span.name, attributes)
+            if index_building:
+                continue
+        found = read_rule(rule, span, limit)
         if found is None:
             continue
         if found.contexts:
@@ -97,98 +87,129 @@ def read_documents(span: SpanRecord, order: Sequence[str], limit: int,
     return empty
 
 
-def _openinference(span: SpanRecord, limit: int, _: AttributeMapping | None) -> Found | None:
+def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None:
+    """`span` read by one rule (its `when` already holds); None when the rule does not
+    recognise the span."""
     attributes = span.attributes
-    fields: dict[int, dict[str, Any]] = {}
-    for key, value in attributes.items():
-        if not key.startswith("retrieval.documents."):
+    declared = (rule.when_declares and bool(rule.when)) or any(c.holds(span.name, attributes) for c in rule.declared)
+    present = False
+    without_text = 0
+    chosen: _Read | None = None
+    for source in rule.sources:
+        read = _read_source(source, span, limit)
+        present = present or read.present
+        without_text = max(without_text, read.without_text)
+        if read.contexts:
+            chosen = read
+            break
+    if chosen is None and not (declared or present):
+        return None
+    query = ""
+    for spec in rule.query:
+        query = query_text(spec.resolve(attributes))
+        if query:
+            break
+    output = as_text(rule.output.resolve(attributes)) if rule.output is not None else None
+    if chosen is None:
+        return Found(rule.name, query, [], 0, output, declared, without_text)
+    return Found(rule.name, query, chosen.contexts, chosen.dropped, output, declared, 0)
+
+
+def _read_source(source: Source, span: SpanRecord, limit: int) -> _Read:
+    if source.events is not None:
+        return _read_events(source, span, limit)
+    if source.contexts.pattern:
+        return _read_ranks(source, span.attributes, limit)
+    return _read_list(source, span.attributes, limit)
+
+
+def _read_events(source: Source, span: SpanRecord, limit: int) -> _Read:
+    events = [e for e in span.events if e.name == source.events]
+    if not events:
+        return _ABSENT
+    contexts: list[RetrievedContext] = []
+    usable = without_text = 0
+    for event in events:
+        values = event.attributes
+        text = as_text(values.get(source.contexts.key))
+        doc_id = values.get(source.ids.key) if source.ids is not None else None
+        score = next((values[s.key] for s in source.scores if s.key in values), None)
+        if text is None:
+            without_text += doc_id is not None or score is not None
             continue
-        match = _OI_DOC.match(key)
-        if match:
-            fields.setdefault(int(match.group(1)), {})[match.group(2)] = value
-    if not fields and attributes.get(OI_KIND) != "RETRIEVER":
-        return None
-    indices = sorted(i for i, f in fields.items() if as_text(f.get("content")) is not None)
-    contexts = [_context(fields[i].get("content"), fields[i].get("id"), fields[i].get("score"),
-                         fields[i].get("metadata"), position=i) for i in indices[:limit]]
-    return Found(OPENINFERENCE, query_text(attributes.get("input.value")), contexts, max(0, len(indices) - limit))
+        usable += 1
+        if len(contexts) < limit:
+            metadata = values.get(source.metadata.key) if source.metadata is not None else None
+            contexts.append(_context(text, doc_id, score, metadata))
+    return _Read(True, contexts, usable - len(contexts), without_text)
 
 
-def _genai(span: SpanRecord, limit: int, _: AttributeMapping | None) -> Found | None:
-    attributes = span.attributes
-    if GENAI_DOCUMENTS not in attributes and GENAI_QUERY not in attributes:
-        return None
-    items = _json_list(attributes.get(GENAI_DOCUMENTS))
-    contexts, dropped = contexts_from_items(items, limit)
-    return Found(GENAI, query_text(attributes.get(GENAI_QUERY)), contexts, dropped)
+def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
+    """One attribute per document (`prefix.{i}.suffix`), in rank order; gaps are skipped."""
+    texts = source.contexts.ranks(attributes)
+    ids = _ranked(source.ids, attributes)
+    scores = [_ranked(s, attributes) for s in source.scores]
+    metadata = _ranked(source.metadata, attributes)
+    if not (texts or ids or any(scores) or metadata):
+        return _ABSENT
+    indices = sorted(i for i, value in texts.items() if as_text(value) is not None or isinstance(value, dict))
+    contexts: list[RetrievedContext] = []
+    for i in indices[:limit]:
+        value = texts[i]
+        score = next((s[i] for s in scores if i in s), None)
+        if isinstance(value, dict):  # a structured document in one attribute
+            context = context_from_item(value)
+            if context is None:
+                continue
+            context.position = i
+            _override(context, ids.get(i), score)
+            contexts.append(context)
+        else:
+            contexts.append(_context(value, ids.get(i), score, metadata.get(i), position=i))
+    textless = (set(ids) | {i for s in scores for i in s}) - set(indices)
+    return _Read(True, contexts, max(0, len(indices) - limit), len(textless))
 
 
-def _openllmetry(span: SpanRecord, limit: int, _: AttributeMapping | None) -> Found | None:
-    attributes = span.attributes
-    events = [e for e in span.events if e.name == OLLM_EVENT]
-    if events:
-        documents = [e for e in events if as_text(e.attributes.get(OLLM_DOCUMENT)) is not None]
-        contexts = [
-            _context(e.attributes.get(OLLM_DOCUMENT), e.attributes.get("db.query.result.id"),
-                     e.attributes.get("db.query.result.score", e.attributes.get("db.query.result.distance")),
-                     e.attributes.get("db.query.result.metadata"))
-            for e in documents[:limit]
-        ]
-        query = ""
-        for key in ("db.query.text", "db.vector.query.text", "db.query.embeddings.text", "input.value", TRACELOOP_INPUT):
-            if key in attributes:
-                query = query_text(attributes[key])
-                if query:
-                    break
-        return Found(OPENLLMETRY, query, contexts, max(0, len(documents) - limit))
-    output = attributes.get(TRACELOOP_OUTPUT)
-    if not isinstance(output, str) or not _DOCUMENTS_PREFIX.match(output):
-        return None
-    # Only document-shaped items: a task's list of plain strings (a text splitter's chunks) is not
-    # a retrieval.
-    contexts, dropped = contexts_from_items(documents_in(loads(output)), limit, plain_text=False)
-    if not contexts:
-        return None
-    return Found(OPENLLMETRY, query_text(attributes.get(TRACELOOP_INPUT)), contexts, dropped)
+def _ranked(spec: Spec | None, attributes: dict[str, Any]) -> dict[int, Any]:
+    if spec is None:
+        return {}
+    if spec.pattern:
+        return spec.ranks(attributes)
+    value = spec.resolve(attributes)
+    return dict(enumerate(value)) if isinstance(value, list) else {}
 
 
-def _mapping(span: SpanRecord, limit: int, mapping: AttributeMapping | None) -> Found | None:
-    if mapping is None or mapping.query_key() not in span.attributes:
-        return None
-    attributes = span.attributes
-    query = as_text(resolve(attributes, mapping.query)) or ""
-    if "{i}" in mapping.contexts:
-        items: list[Any] = []
-        for i in range(limit + 1):
-            key = mapping.contexts.replace("{i}", str(i))
-            if key not in attributes:
-                break
-            items.append(attributes[key])
-        contexts, dropped = contexts_from_items(items, limit)
-        if len(items) > limit:
-            # Count every further index without materializing more than a boolean each.
-            prefix, _, suffix = mapping.contexts.partition("{i}")
-            dropped = sum(1 for k in attributes if k.startswith(prefix) and k.endswith(suffix)) - limit
-    else:
-        value = resolve(attributes, mapping.contexts)
-        items = value if isinstance(value, list) else _json_list(value)
-        contexts, dropped = contexts_from_items(items, limit)
-    output = as_text(resolve(attributes, mapping.output)) if mapping.output else None
-    return Found(MAPPING, query, contexts, max(0, dropped), output)
-
-
-_READERS = {OPENINFERENCE: _openinference, GENAI: _genai, OPENLLMETRY: _openllmetry, MAPPING: _mapping}
+def _read_list(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
+    """A list of documents: an attribute (structured, or JSON text), or a JSON path into one."""
+    spec = source.contexts
+    if spec.key not in attributes:
+        return _ABSENT
+    raw = attributes[spec.key]
+    if source.documents_only and not (isinstance(raw, str) and _DOCUMENTS_PREFIX.match(raw)) \
+            and not isinstance(raw, list):
+        return _ABSENT
+    value = spec.resolve(attributes)
+    items = documents_in(loads(value))
+    if source.require == "list" and not isinstance(loads(value), list):
+        return _ABSENT
+    ids = _ranked(source.ids, attributes)
+    scores = [_ranked(s, attributes) for s in source.scores]
+    contexts, dropped, without_text = _contexts(items, limit, documents_only=source.documents_only, ids=ids,
+                                                scores=scores)
+    if source.require == "documents" and not contexts:
+        return _ABSENT
+    return _Read(True, contexts, dropped, without_text)
 
 
 def documents_in(value: Any) -> list[Any]:
-    """The list of documents inside a retriever's JSON output, in the shapes LangChain, LlamaIndex
-    and traceloop write: a list, or a list under documents/outputs/output/result/nodes."""
+    """The list of documents inside a value: a list, or a list under one of the containers
+    (documents/outputs/output/result/results/nodes), a few levels deep."""
     for _ in range(3):
         if isinstance(value, list):
             return value
         if not isinstance(value, dict):
             return []
-        for key in ("documents", "outputs", "output", "result", "results", "nodes"):
+        for key in _CONTAINERS:
             if key in value:
                 value = loads(value[key])
                 break
@@ -197,24 +218,46 @@ def documents_in(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def contexts_from_items(items: Sequence[Any], limit: int, *,
-                        plain_text: bool = True) -> tuple[list[RetrievedContext], int]:
-    """Contexts from a list of documents, and how many usable ones were over `limit`.
-    `plain_text=False` takes only document-shaped items (objects, `Document(...)` reprs)."""
+def _contexts(items: Sequence[Any], limit: int, *, documents_only: bool = False,
+              ids: dict[int, Any] | None = None,
+              scores: Sequence[dict[int, Any]] = ()) -> tuple[list[RetrievedContext], int, int]:
+    """Contexts from a list of documents, how many usable ones were over `limit`, and how many
+    documents carried no text. `documents_only` takes only document-shaped items (objects,
+    `Document(...)` reprs): a task's list of plain strings (a text splitter's chunks) is not one."""
     contexts: list[RetrievedContext] = []
-    usable = 0
-    for item in items:
+    usable = without_text = 0
+    for rank, item in enumerate(items):
         if isinstance(item, str) and item.lstrip()[:1] == "{":
             item = loads(item)
-        if not plain_text and isinstance(item, str) and not item.lstrip().startswith("Document("):
+        if documents_only and isinstance(item, str) and not item.lstrip().startswith("Document("):
             continue
         context = context_from_item(item)
         if context is None:
+            without_text += _textless_document(item)
             continue
         usable += 1
         if len(contexts) < limit:
+            score = next((s[rank] for s in scores if rank in s), None)
+            _override(context, (ids or {}).get(rank), score)
             contexts.append(context)
-    return contexts, usable - len(contexts)
+    return contexts, usable - len(contexts), without_text
+
+
+def _override(context: RetrievedContext, doc_id: Any, score: Any) -> None:
+    """Ids and scores the rule reads from their own place win over the document's own."""
+    if doc_id is not None and doc_id != "":
+        context.id = str(doc_id)
+    numeric = _number(score)
+    if numeric is not None:
+        context.score = numeric
+
+
+def _textless_document(item: Any) -> bool:
+    """A document object that identifies a document (id or score) but carries no text."""
+    if not isinstance(item, dict):
+        return False
+    body = item.get("node") if isinstance(item.get("node"), dict) else item
+    return any(body.get(k) not in (None, "") for k in _ID_FIELDS) or item.get("score") is not None
 
 
 def context_from_item(item: Any) -> RetrievedContext | None:
@@ -245,60 +288,19 @@ def context_from_item(item: Any) -> RetrievedContext | None:
     return None
 
 
+def _number(score: Any) -> float | None:
+    try:
+        return float(score) if score is not None and not isinstance(score, bool) else None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON int beyond float range
+        return None
+
+
 def _context(content: Any, doc_id: Any, score: Any, metadata: Any, position: int | None = None) -> RetrievedContext:
     meta = loads(metadata)
-    try:
-        numeric = float(score) if score is not None and not isinstance(score, bool) else None
-    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON int beyond float range
-        numeric = None
     return RetrievedContext(
         content=as_text(content) or "",
         id=str(doc_id) if doc_id is not None and doc_id != "" else None,
-        score=numeric,
+        score=_number(score),
         metadata=meta if isinstance(meta, dict) else None,
         position=position,
     )
-
-
-def _json_list(value: Any) -> list[Any]:
-    value = loads(value)
-    if isinstance(value, list):
-        return value
-    if isinstance(value, dict):
-        return documents_in(value)
-    return []
-
-
-_PATH_TOKEN = re.compile(r"\.([^.\[\]]+)|\[(\d+|\*)\]")
-
-
-def resolve(attributes: dict[str, Any], spec: str | None) -> Any:
-    """`key` or `key$.a.b[0]` / `key$[*].text` -> value (None when absent). `[*]` maps the rest
-    of the path over a list."""
-    if not spec:
-        return None
-    key, sep, path = spec.partition("$")
-    value = attributes.get(key)
-    if not sep or value is None:
-        return value
-    tokens = [(m.group(1), m.group(2)) for m in _PATH_TOKEN.finditer(path)]
-    return _walk(loads(value), tokens)
-
-
-def _walk(value: Any, tokens: list[tuple[str | None, str | None]]) -> Any:
-    for position, (name, index) in enumerate(tokens):
-        value = loads(value)
-        if name is not None:
-            value = value.get(name) if isinstance(value, dict) else None
-        elif index == "*":
-            if not isinstance(value, list):
-                return None
-            rest = tokens[position + 1:]
-            return [_walk(item, rest) for item in value]
-        else:
-            assert index is not None
-            i = int(index)
-            value = value[i] if isinstance(value, list) and i < len(value) else None
-        if value is None:
-            return None
-    return value

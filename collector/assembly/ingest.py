@@ -26,14 +26,7 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from ctxprec.collector.assembly.config import AssemblyConfig
-from ctxprec.collector.assembly.conventions import (
-    GENAI,
-    OPENINFERENCE,
-    RETRIEVAL_OPERATIONS,
-    ConventionConfig,
-    Conventions,
-)
-from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND
+from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.spans import (
     SpanRecord,
@@ -84,8 +77,7 @@ class OtlpIngest:
         self._max_chars = self.settings.conventions.max_attribute_chars
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
-        mapping = self.settings.conventions.mapping
-        self._markers = MarkerScanner(self.conventions.order, mapping.query_key() if mapping is not None else None)
+        self._markers = MarkerScanner(self.conventions.rules)
 
     @property
     def span_mode(self) -> bool:
@@ -156,7 +148,7 @@ class OtlpIngest:
         """Copies the spans of sampled traces into the buffer; in span mode, returns their
         retrieval spans, to be held until scored."""
         span_mode = self._passthrough is not None
-        fast_routed: dict[tuple[int, str], int] = {}
+        fast_routed: dict[tuple[int, int], int] = {}
         routed_ids: set[tuple[bytes, bytes]] = set()
         held: list[HeldSpan] = []
         resources: dict[int, dict[str, Any]] = {}
@@ -167,10 +159,8 @@ class OtlpIngest:
                                                            _RESOURCE_VALUE_CHARS)
             record = span_record(span, service, self._max_chars, resource)
             routed_ids.add((record.trace_id, record.span_id))
-            if record.attributes.get(OI_KIND) == "RETRIEVER":
-                fast_routed[ri, OPENINFERENCE] = fast_routed.get((ri, OPENINFERENCE), 0) + 1
-            if str(record.attributes.get(GENAI_OPERATION)) in RETRIEVAL_OPERATIONS:
-                fast_routed[ri, GENAI] = fast_routed.get((ri, GENAI), 0) + 1
+            for index in self._markers.declared_counts(record.name, record.attributes):
+                fast_routed[ri, index] = fast_routed.get((ri, index), 0) + 1
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
@@ -182,11 +172,11 @@ class OtlpIngest:
         return held
 
     def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes,
-                           fast_routed: dict[tuple[int, str], int], routed_ids: set[tuple[bytes, bytes]]) -> None:
+                           fast_routed: dict[tuple[int, int], int], routed_ids: set[tuple[bytes, bytes]]) -> None:
         """Counts the retrievals among the spans that were not routed to the buffer, for every
-        enabled convention: one marker pass over the request bytes gives exact counts of the
-        OpenInference / GenAI spans (less those routed, in `fast_routed`); a resource where
-        another convention's marker occurs, or where the bytes do not read plainly, gets a
+        enabled rule: one marker pass over the request bytes gives exact counts of the spans
+        that declare themselves retrievals (less those routed, in `fast_routed`); a resource
+        where another rule's marker occurs, or where the bytes do not read plainly, gets a
         per-span look instead."""
         assert self._sink is not None
         resources = request.resource_spans
@@ -201,12 +191,15 @@ class OtlpIngest:
             counts = [self._markers.scan(chunk, [(0, len(chunk))])[0]
                       for chunk in (rs.SerializeToString() for rs in resources)]
         for ri, count in enumerate(counts):
-            oi = count.openinference - fast_routed.get((ri, OPENINFERENCE), 0) if fast_routed else count.openinference
-            genai = count.genai - fast_routed.get((ri, GENAI), 0) if fast_routed else count.genai
-            if count.needs_look or oi < 0 or genai < 0:  # < 0: a routed retrieval the bytes did not show
+            if fast_routed:
+                indices = set(count.exact) | {index for r, index in fast_routed if r == ri}
+                exact = [count.exact.get(i, 0) - fast_routed.get((ri, i), 0) for i in indices]
+            else:
+                exact = list(count.exact.values())
+            if count.needs_look or any(n < 0 for n in exact):  # < 0: a routed retrieval the bytes did not show
                 total = self._scan_unsampled(resources[ri], routed_ids)
             else:
-                total = oi + genai
+                total = sum(exact)
             if total > 0:
                 self._sink.not_sampled(service_name(resources[ri].resource), total)
 

@@ -1,56 +1,53 @@
-"""Counting unsampled retrievals in a request's bytes, every enabled convention in one pass.
+"""Counting unsampled retrievals in a request's bytes, every enabled rule in one pass.
 
-SPEC's rule is that every retrieval ends in exactly one decision, `not_sampled` included, so the
-99% of spans that are never decoded must still be counted, from the first request, for every
-convention. One search per convention cost a full pass over the bytes each (four passes for the
-default conventions); an Aho-Corasick automaton finds all markers in a single pass instead
-(`ahocorasick_rs`, packed SIMD for a handful of patterns: faster than one `bytes.count`).
+Every retrieval ends in exactly one decision, `not_sampled` included, so the 99% of spans that
+are never decoded must still be counted, from the first request, for every convention. One
+search per convention cost a full pass over the bytes each; an Aho-Corasick automaton finds all
+markers in a single pass instead (`ahocorasick_rs`, packed SIMD for a handful of patterns:
+faster than one `bytes.count`). The markers are derived from the rules (table.py and the user's
+mappings), so a convention added to the table is counted here without code:
 
-Two kinds of marker:
-- exact: the canonical encoding of the span attribute `openinference.span.kind=RETRIEVER` /
-  `gen_ai.operation.name=retrieval` (or `vector_db_retrieve`), framed as a `Span.attributes`
+- exact: a rule's `declared` attribute (`openinference.span.kind=RETRIEVER`,
+  `gen_ai.operation.name=retrieval`) in its canonical encoding, framed as a `Span.attributes`
   entry (tag 0x4a and the KeyValue's fixed length), so the same attribute on a resource, scope,
-  event or link is not counted. One match is one retrieval span. Beside the OpenInference kind,
-  the key of a first document (`retrieval.documents.0.document.content`) is counted: when every
-  retriever span carries documents the two counts agree and the kind count is exact; when they
-  differ (LlamaIndex nests a retriever span without documents inside the one with them, and
-  nested retriever spans are one retrieval) the resource gets the per-span look.
-- look: conventions that no single byte pattern decides (OpenLLMetry's `db.query.result` event
-  or `traceloop.entity.output` attribute, the user mapping's query key), matched as their
-  length-prefixed key. Any match means the caller decodes that resource's unsampled spans.
+  event or link is not counted. One match is one retrieval span. Rules that declare the same
+  attributes (GenAI and OpenLLMetry) share one count. A source with `marker: count` adds the key
+  of its first document (`retrieval.documents.0.document.content`): when every declared span
+  carries documents the two counts agree and the exact count holds; when they differ (LlamaIndex
+  nests a retriever span without documents inside the one with them, and nested retrieval spans
+  are one retrieval) the resource gets the per-span look.
+- look: what no single byte pattern decides: a rule's `when` (its first attribute and value, or
+  the key alone when the value could be written as a number or a boolean), a source with
+  `marker: look` (its attribute key or event name, length-prefixed). Any match means the caller
+  decodes that resource's unsampled spans.
 
-Both exact conventions in one resource also ask for the per-span look (one span may carry
-both). The look applies the extraction rules (nested retrievals count once) to the spans of the
-request; a nest whose spans are exported in different requests is seen in parts. What the bytes cannot show: a span listing the same retrieval attribute twice, or a
-string value that contains a whole framed marker, would be counted twice; an encoder that
-writes the attribute in a non-canonical form (value before key) is not counted by its marker.
+Exact matches of two different counts in one resource also ask for the per-span look (one span
+may carry both). The look applies the extraction rules (nested retrievals count once) to the
+spans of the request; a nest whose spans are exported in different requests is seen in parts.
+What the bytes cannot show: a span listing the same retrieval attribute twice, or a string value
+that contains a whole framed marker, would be counted twice; an encoder that writes the attribute
+in a non-canonical form (value before key) is not counted by its marker; a document source with
+`marker: none` (GenAI's documents) is not counted on a span that does not declare itself.
 """
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from ahocorasick_rs import BytesAhoCorasick
 
-from ctxprec.collector.assembly.conventions import RETRIEVAL_OPERATIONS
-from ctxprec.collector.assembly.documents import (
-    GENAI,
-    GENAI_OPERATION,
-    MAPPING,
-    OI_FIRST_DOCUMENT,
-    OI_KIND,
-    OLLM_EVENT,
-    OPENINFERENCE,
-    OPENLLMETRY,
-    TRACELOOP_OUTPUT,
-)
+from ctxprec.collector.assembly.specs import SPAN_NAME, Condition
+from ctxprec.collector.assembly.table import RetrievalRule
 from ctxprec.collector.assembly.wire import encode_varint
 
 _SPAN_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
-LOOK = "look"  # a marker that only says: decode these spans and match them one by one
+_LOOK = -1  # a pattern that only says: decode these spans and match them one by one
+# Text that an attribute could hold as a number or a boolean: its string encoding is not a marker.
+_NOT_ONLY_TEXT = re.compile(r"^(true|false|[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)$", re.I)
 
 
 def framed(text: str) -> bytes:
@@ -59,62 +56,111 @@ def framed(text: str) -> bytes:
     return encode_varint(len(raw)) + raw
 
 
-def _key_value(key: str, value: str) -> bytes:
+def key_value(key: str, value: str) -> bytes:
     """Body of KeyValue{key, value={string_value}}: field 1 then field 2, as encoders write it."""
     any_value = b"\x0a" + framed(value)
     return b"\x0a" + framed(key) + b"\x12" + encode_varint(len(any_value)) + any_value
 
 
-OPENINFERENCE_MARKER = _key_value(OI_KIND, "RETRIEVER")
-OPENINFERENCE_DOCUMENTS_MARKER = b"\x0a" + framed(OI_FIRST_DOCUMENT)
-GENAI_MARKERS = tuple(_key_value(GENAI_OPERATION, operation) for operation in sorted(RETRIEVAL_OPERATIONS))
-OPENLLMETRY_MARKERS = (framed(OLLM_EVENT), framed(TRACELOOP_OUTPUT))
+def span_attribute(key_value_body: bytes) -> bytes:
+    """A KeyValue body framed as a `Span.attributes` entry. The frame keeps resource, scope,
+    event and link attributes (other field numbers) out of the count."""
+    return bytes([_SPAN_ATTRIBUTE_TAG]) + encode_varint(len(key_value_body)) + key_value_body
+
+
+@dataclass(frozen=True, slots=True)
+class ExactCount:
+    """Spans declared by the same attributes (one or more rules), counted by their markers."""
+
+    declared: tuple[Condition, ...]
+    check_key: str | None  # the first document's key, counted beside (None: not checked)
 
 
 @dataclass(slots=True)
 class ResourceCount:
-    """What one ResourceSpans' bytes say: exact retrieval spans per convention, and whether its
-    spans need a per-span look before any count can be trusted."""
+    """What one ResourceSpans' bytes say: exact retrieval spans per count, and whether its spans
+    need a per-span look before any count can be trusted."""
 
-    openinference: int = 0
-    genai: int = 0
+    exact: dict[int, int] = field(default_factory=dict)  # ExactCount index -> declared spans
     needs_look: bool = False
-    openinference_documents: int = 0  # spans whose first OpenInference document key was seen
+    checked: dict[int, int] = field(default_factory=dict)  # ExactCount index -> first-document keys seen
+
+    @property
+    def total(self) -> int:
+        return sum(self.exact.values())
+
+
+def look_markers(rule: RetrievalRule) -> list[bytes]:
+    """The byte patterns whose presence makes a resource worth decoding for `rule`."""
+    if rule.when:
+        condition = rule.when[0]
+        if condition.key == SPAN_NAME:
+            return [framed(v) for v in sorted(condition.values or ())] if condition.values else [b""]
+        if condition.values is None or any(_NOT_ONLY_TEXT.match(v) for v in condition.values):
+            return [framed(condition.key)]
+        return [key_value(condition.key, v) for v in sorted(condition.values)]
+    out: list[bytes] = []
+    for source in rule.sources:
+        if source.marker == "look":
+            out.append(framed(source.events if source.events is not None else source.contexts.key))
+    return out
 
 
 class MarkerScanner:
-    def __init__(self, conventions: Sequence[str], mapping_query_key: str | None = None) -> None:
-        """`conventions`: the enabled ones (Conventions.order); markers of the others are not
+    def __init__(self, rules: Sequence[RetrievalRule]) -> None:
+        """`rules`: the enabled ones, in order (Conventions.rules); markers of the others are not
         searched, so their spans are not counted, exactly as extraction would ignore them."""
+        self.counts: list[ExactCount] = []
         patterns: list[bytes] = []
-        kinds: list[str] = []  # per pattern: OPENINFERENCE, GENAI or LOOK
-        for name in conventions:
-            if name == OPENINFERENCE:
-                patterns.append(_span_attribute(OPENINFERENCE_MARKER))
-                kinds.append(OPENINFERENCE)
-            elif name == GENAI:
-                patterns.extend(_span_attribute(marker) for marker in GENAI_MARKERS)
-                kinds.extend(GENAI for _ in GENAI_MARKERS)
-            elif name == OPENLLMETRY:
-                if GENAI not in conventions:  # OpenLLMetry's retriever spans declare these operations too
-                    patterns.extend(_span_attribute(marker) for marker in GENAI_MARKERS)
-                    kinds.extend(GENAI for _ in GENAI_MARKERS)
-                patterns.extend(OPENLLMETRY_MARKERS)
-                kinds.extend(LOOK for _ in OPENLLMETRY_MARKERS)
-            elif name == MAPPING and mapping_query_key:
-                patterns.append(framed(mapping_query_key))
-                kinds.append(LOOK)
+        kinds: list[int] = []  # per pattern: an ExactCount index, or _LOOK
+        self._always_look = False
+        for rule in rules:
+            if rule.when or not rule.declared:
+                for marker in look_markers(rule):
+                    if not marker:
+                        self._always_look = True
+                    elif marker not in patterns:
+                        patterns.append(marker)
+                        kinds.append(_LOOK)
+                continue
+            index = self._count_for(rule)
+            for condition in rule.declared:
+                for value in sorted(condition.values or ()):
+                    marker = span_attribute(key_value(condition.key, value))
+                    if marker not in patterns:
+                        patterns.append(marker)
+                        kinds.append(index)
+            for marker in look_markers(rule):
+                if marker not in patterns:
+                    patterns.append(marker)
+                    kinds.append(_LOOK)
         self._kinds = tuple(kinds)
         self._automaton = BytesAhoCorasick(patterns) if patterns else None
-        # The documents key is searched on its own: inside the automaton it slows the whole pass
-        # tenfold (its prefix is common in OpenInference payloads). Alone, the automaton searches
-        # it by its rarest bytes, faster than `bytes.count`.
-        self._documents = BytesAhoCorasick([OPENINFERENCE_DOCUMENTS_MARKER]) if OPENINFERENCE in conventions else None
+        # First-document keys are searched on their own: inside the automaton they slow the whole
+        # pass tenfold (their prefix is common in OpenInference payloads). Alone, the automaton
+        # searches them by their rarest bytes, faster than `bytes.count`.
+        checks = [(i, c.check_key) for i, c in enumerate(self.counts) if c.check_key]
+        self._check_index = tuple(i for i, _ in checks)
+        self._checks = BytesAhoCorasick([b"\x0a" + framed(key) for _, key in checks]) if checks else None
+
+    def _count_for(self, rule: RetrievalRule) -> int:
+        check = next((s.contexts.first_key() for s in rule.sources if s.marker == "count"), None)
+        for i, existing in enumerate(self.counts):
+            if set(existing.declared) == set(rule.declared):
+                if check and not existing.check_key:
+                    self.counts[i] = ExactCount(existing.declared, check)
+                return i
+        self.counts.append(ExactCount(rule.declared, check))
+        return len(self.counts) - 1
+
+    def declared_counts(self, name: str, attributes: Mapping[str, Any]) -> list[int]:
+        """The exact counts a decoded span adds to (to take routed spans out of the bytes' count)."""
+        return [i for i, c in enumerate(self.counts) if any(d.holds(name, attributes) for d in c.declared)]
 
     def scan(self, data: bytes, ranges: Sequence[tuple[int, int]]) -> list[ResourceCount]:
         """One `ResourceCount` per (start, end) range of `data` (the ResourceSpans bodies, in
         order, not overlapping). Matches outside every range are ignored."""
-        counts = [ResourceCount() for _ in ranges]
+        counts = [ResourceCount(needs_look=self._always_look) for _ in ranges]
         tallies: list[Counter[int]] = [Counter() for _ in ranges]
         matches = self._automaton.find_matches_as_indexes(data, overlapping=True) if self._automaton and ranges else []
         if matches and len(ranges) == 1 and ranges[0] == (0, len(data)):
@@ -128,35 +174,28 @@ class MarkerScanner:
                     tallies[index][pattern] += 1
         for count, tally, (start, end) in zip(counts, tallies, ranges):
             self._add(count, tally)
-            if self._documents is not None:
+            if self._checks is not None:
                 whole = start == 0 and end == len(data)
-                count.openinference_documents = len(self._documents.find_matches_as_indexes(
-                    data if whole else memoryview(data)[start:end]))
+                found = self._checks.find_matches_as_indexes(data if whole else memoryview(data)[start:end])
+                for pattern, hits in Counter(map(itemgetter(0), found)).items():
+                    count.checked[self._check_index[pattern]] = hits
             self._check(count)
         return counts
 
     def _add(self, count: ResourceCount, tally: Counter[int]) -> None:
         for pattern, hits in tally.items():
             kind = self._kinds[pattern]
-            if kind == OPENINFERENCE:
-                count.openinference += hits
-            elif kind == GENAI:
-                count.genai += hits
-            else:
+            if kind == _LOOK:
                 count.needs_look = True
+            else:
+                count.exact[kind] = count.exact.get(kind, 0) + hits
 
-    @staticmethod
-    def _check(count: ResourceCount) -> None:
-        if count.openinference and count.genai:
+    def _check(self, count: ResourceCount) -> None:
+        if len(count.exact) > 1:
             # One span may carry both: only a per-span look avoids counting it twice.
             count.needs_look = True
-        if count.openinference != count.openinference_documents:
-            # Retriever spans without documents (nested ones count once), or documents on spans
-            # that do not declare a kind: only the spans themselves tell.
-            count.needs_look = True
-
-
-def _span_attribute(key_value: bytes) -> bytes:
-    """A KeyValue body framed as a `Span.attributes` entry. The frame keeps resource, scope,
-    event and link attributes (other field numbers) out of the count."""
-    return bytes([_SPAN_ATTRIBUTE_TAG]) + encode_varint(len(key_value)) + key_value
+        for index in self._check_index:
+            if count.exact.get(index, 0) != count.checked.get(index, 0):
+                # Declared spans without documents (nested ones count once), or documents on
+                # spans that do not declare themselves: only the spans themselves tell.
+                count.needs_look = True

@@ -3,7 +3,7 @@
 Checks run cheapest-and-most-final first, so that a retrieval that could never be scored does
 not use up a throttle token or a budget share:
 
-    not_sampled / filtered -> no_contexts -> duplicate -> throttled -> over_budget -> overloaded
+    not_sampled / filtered -> no_contexts (no_content) -> duplicate -> throttled -> over_budget -> overloaded
     -> the scoring queue (which later decides evaluated / failed)
 
 `submit` never blocks and never awaits: it runs on the receivers' path.
@@ -192,7 +192,7 @@ class RetrievalGate:
             # A rule that gives rate 0 excludes on purpose; a hash above the rate is chance.
             return Decision.FILTERED if sample.rule_index is not None and sample.rate <= 0 else Decision.NOT_SAMPLED
         if not any(c.content and c.content.strip() for c in r.contexts):
-            return Decision.NO_CONTEXTS
+            return Decision.NO_CONTENT if r.documents_without_text else Decision.NO_CONTEXTS
         if self.recent.seen_before((r.trace_id, r.span_id)):
             return Decision.DUPLICATE
         if self.throttle is not None and not self.throttle.try_take():

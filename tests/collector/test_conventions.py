@@ -11,7 +11,7 @@ from ctxprec.collector.assembly.conventions import (
     ConventionConfig,
     Conventions,
 )
-from ctxprec.collector.assembly.documents import resolve
+from ctxprec.collector.assembly.specs import parse_spec
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 
 from tests.helpers.rag_traces import (
@@ -264,12 +264,12 @@ def test_config_is_validated() -> None:
 
 def test_resolve_paths() -> None:
     attrs = {"a": json.dumps({"b": [{"c": 1}, {"c": 2}]}), "plain": "v"}
-    assert resolve(attrs, "a$.b[1].c") == 2
-    assert resolve(attrs, "a$.b[*].c") == [1, 2]
-    assert resolve(attrs, "a$.missing.c") is None
-    assert resolve(attrs, "a$.b[9]") is None
-    assert resolve(attrs, "plain") == "v"
-    assert resolve(attrs, "absent$.x") is None
+    assert parse_spec("a$.b[1].c").resolve(attrs) == 2
+    assert parse_spec("a$.b[*].c").resolve(attrs) == [1, 2]
+    assert parse_spec("a$.missing.c").resolve(attrs) is None
+    assert parse_spec("a$.b[9]").resolve(attrs) is None
+    assert parse_spec("plain").resolve(attrs) == "v"
+    assert parse_spec("absent$.x").resolve(attrs) is None
 
 
 # -- real instrumentors' shapes, one rule each (the real apps run in tests/realtraffic) --

@@ -9,9 +9,15 @@
 
 Phoenix lives in its own venv (.venv-phoenix, made by `make test`) because it pins many
 libraries of its own; the tests only talk to it over HTTP/gRPC, never import it.
+
+Phoenix is eventually consistent: it answers an OTLP export or an annotation POST before what was
+sent is readable. Every read a test makes after a write goes through `poll`, which reads again
+until the answer is the expected one or the deadline passes; reads of what is not stored yet
+answer empty (the client turns Phoenix's "not found" into []), never fail the test early.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -299,12 +305,14 @@ class PhoenixClient:
 
     def span_annotations(self, project: str, span_ids: Iterable[str]) -> list[dict[str, Any]]:
         """Annotations on these spans: [{"id", "name", "span_id", "annotator_kind",
-        "result": {"label", "score", "explanation"}, "metadata", "identifier", "source", ...}]."""
+        "result": {"label", "score", "explanation"}, "metadata", "identifier", "source", ...}].
+        Phoenix answers 404 ("None of the supplied span_ids exist in this project") while none of
+        the spans is stored yet: that reads as no annotations, for a poll to try again."""
         ids = list(span_ids)
         if not ids:
             return []
         path = f"/v1/projects/{urllib.parse.quote(project, safe='')}/span_annotations"
-        return self._paged(path, {"span_ids": ids, "limit": 1000})
+        return self._paged(path, {"span_ids": ids, "limit": 1000}, missing_ok=True)
 
     def document_annotations(self, span_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
         """Document annotations by span id. Phoenix 20.x has no REST endpoint that reads them
@@ -322,6 +330,18 @@ class PhoenixClient:
         if payload.get("errors"):
             raise AssertionError(f"GraphQL errors: {payload['errors']}")
         return dict(payload["data"])
+
+
+async def poll(read: Callable[[], Any], done: Callable[[Any], bool], timeout: float, what: str) -> Any:
+    """Calls the blocking `read` (in a thread) until `done(result)`, at most `timeout` seconds;
+    the assertion names `what` and the last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await asyncio.to_thread(read)
+        if done(result):
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}: {result!r}"[:2000]
+        await asyncio.sleep(0.25)
 
 
 _DOCUMENT_ANNOTATIONS_QUERY = """

@@ -36,7 +36,9 @@ async def test_evaluator_spans_land_in_the_apps_phoenix_project_without_errors(
         evaluators = await asyncio.to_thread(
             client.wait_for_spans, project, lambda s: s.get("name") == "context_precision evaluation",
             count=len(runs), timeout=60)
-    retrievers = client.spans(project, span_kind=["RETRIEVER"])
+    # The app exported its own spans straight to Phoenix: stored in their own time.
+    retrievers = await asyncio.to_thread(client.wait_for_spans, project, count=len(runs), timeout=60,
+                                         span_kind=["RETRIEVER"])
     assert len(retrievers) == len(runs)
     retriever_ids = {s["context"]["span_id"] for s in retrievers}
     assert {s["parent_id"] for s in evaluators} == retriever_ids

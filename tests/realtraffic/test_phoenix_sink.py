@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -34,7 +34,7 @@ from tests.chaos.tcp_proxy import TcpProxy
 from tests.collector.rag_app import RagApp, running, scrape, serve_config, value, wait_until
 from tests.helpers.framework_apps import run_app
 from tests.helpers.otlp_capture import OtlpCapture
-from tests.helpers.phoenix import PhoenixClient, PhoenixServer
+from tests.helpers.phoenix import PhoenixClient, PhoenixServer, poll
 
 pytestmark = pytest.mark.slow
 
@@ -60,27 +60,6 @@ async def metrics_of(pipeline: Pipeline) -> dict[tuple[str, tuple[tuple[str, str
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{pipeline.metrics_url}/metrics") as response:
             return scrape(await response.text())
-
-
-def span_annotations(client: PhoenixClient, project: str, span_ids: list[str]) -> list[dict[str, Any]]:
-    """As the client reads them, with spans Phoenix has not stored yet (its 404) as none."""
-    try:
-        return client.span_annotations(project, span_ids)
-    except AssertionError as exc:
-        if "HTTP 404" in str(exc):
-            return []
-        raise
-
-
-async def poll(read: Callable[[], Any], done: Callable[[Any], bool], timeout: float, what: str) -> Any:
-    """Reads Phoenix (blocking client, in a thread) until `done(result)`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await asyncio.to_thread(read)
-        if done(result):
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {result!r}"[:2000]
-        await asyncio.sleep(0.25)
 
 
 async def replay(bodies: list[bytes], port: int) -> None:
@@ -112,7 +91,12 @@ async def test_scores_become_phoenix_annotations_and_a_rescore_replaces_them(
             span_ids = sorted(outcomes.by_span())
             first = await poll(lambda: client.span_annotations(project, span_ids),
                                lambda rows: len(rows) >= len(span_ids), 60, "the span annotations")
-            documents = await asyncio.to_thread(client.document_annotations, span_ids)
+            # Document annotations go in their own request: stored in their own time.
+            expected_documents = {s: outcomes.by_span()[s].result.k if instrumentor == "openinference" else 0  # type: ignore[union-attr]
+                                  for s in span_ids}
+            documents = await poll(lambda: client.document_annotations(span_ids),
+                                   lambda found: {s: len(found[s]) for s in span_ids} == expected_documents, 60,
+                                   "the document annotations")
             figures = await metrics_of(pipeline)
             identifier = pipeline.identity.identifier
         assert len(span_ids) == len(runs) == 3
@@ -157,8 +141,14 @@ async def test_scores_become_phoenix_annotations_and_a_rescore_replaces_them(
             await replay(capture.bodies, second.otlp_http_port or 0)
             await wait_until(lambda: len(rescored.by_span()) >= 3, timeout=30, what="the re-scores")
             await wait_until(lambda: second.sinks[0].queue.pending == 0, timeout=30, what="the re-written annotations")
-        again = await asyncio.to_thread(client.span_annotations, project, span_ids)
-        documents_again = await asyncio.to_thread(client.document_annotations, span_ids)
+        # Delivered is not yet readable: wait for the re-written labels and documents.
+        relabelled = {s: score_label(o.result, 1.0) for s, o in rescored.by_span().items() if o.result is not None}
+        again = await poll(lambda: client.span_annotations(project, span_ids),
+                           lambda rows: {a["span_id"]: a["result"]["label"] for a in rows} == relabelled, 60,
+                           "the re-written span annotations")
+        documents_again = await poll(lambda: client.document_annotations(span_ids),
+                                     lambda found: {s: len(found[s]) for s in span_ids} == expected_documents, 60,
+                                     "the re-written document annotations")
         assert sorted(a["id"] for a in again) == sorted(a["id"] for a in first)
         for annotation in again:
             result = rescored.by_span()[annotation["span_id"]].result
@@ -196,18 +186,19 @@ async def test_annotations_sent_before_their_span_is_stored_arrive_once_it_is(
             span_ids = sorted(outcomes.by_span())
             early, late = span_ids[:2], span_ids[2:]
             await replay_to_phoenix([only(held_back.bodies, lambda span_id: span_id not in late)], phoenix_server)
-            rows = await poll(lambda: span_annotations(client, "default", span_ids),
+            rows = await poll(lambda: client.span_annotations("default", span_ids),
                               lambda found: len(found) >= 2, 30, "the 2 annotations whose spans are stored")
             assert sorted(r["span_id"] for r in rows) == early
             await asyncio.sleep(1.0)
             await replay_to_phoenix([only(held_back.bodies, lambda span_id: span_id in late)], phoenix_server)
-            rows = await poll(lambda: span_annotations(client, "default", span_ids),
+            rows = await poll(lambda: client.span_annotations("default", span_ids),
                               lambda found: len(found) == 4, 30, "all 4 span annotations")
             await app.close()
             figures = await metrics_of(pipeline)
         assert value(figures, "ctxprec_exported_spans_total", exporter="phoenix", outcome="ok") == 4
         assert sorted(r["span_id"] for r in rows) == span_ids
-        documents = await asyncio.to_thread(client.document_annotations, span_ids)
+        documents = await poll(lambda: client.document_annotations(span_ids),
+                               lambda found: all(len(found[s]) == 2 for s in span_ids), 30, "the document annotations")
         assert all(len(documents[s]) == 2 for s in span_ids)
     finally:
         await held_back.stop()
@@ -259,7 +250,7 @@ async def test_a_30s_phoenix_outage_stalls_nothing_and_its_annotations_arrive_af
         await app.flush()
         await wait_until(lambda: len(patient.by_span()) == 1, timeout=30, what="the warm-up score")
         warm = list(patient.by_span())
-        await poll(lambda: span_annotations(client, "default", warm), lambda rows: len(rows) == 1, 30,
+        await poll(lambda: client.span_annotations("default", warm), lambda rows: len(rows) == 1, 30,
                    "the warm-up annotation")
 
         await proxy.down()
@@ -292,7 +283,7 @@ async def test_a_30s_phoenix_outage_stalls_nothing_and_its_annotations_arrive_af
 
         await proxy.up()
         up_at = time.monotonic()
-        rows = await poll(lambda: span_annotations(client, "default", sent), lambda found: len(found) == len(sent), 60,
+        rows = await poll(lambda: client.span_annotations("default", sent), lambda found: len(found) == len(sent), 60,
                           "the annotations of the outage")
         # Document annotations go in the request after their span annotations.
         await poll(lambda: client.document_annotations(sent), lambda found: all(len(found[s]) == 3 for s in sent),
@@ -350,7 +341,7 @@ async def test_a_phoenix_with_auth_on_takes_spans_and_annotations_with_its_api_k
             await app.close()
             await wait_until(lambda: len(outcomes.by_span()) == 2, timeout=30, what="2 scores")
             span_ids = sorted(outcomes.by_span())
-            rows = await poll(lambda: span_annotations(admin, "default", span_ids), lambda found: len(found) == 2, 60,
+            rows = await poll(lambda: admin.span_annotations("default", span_ids), lambda found: len(found) == 2, 60,
                               "2 span annotations in the authenticated Phoenix")
         assert sorted(r["span_id"] for r in rows) == span_ids
 

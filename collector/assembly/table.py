@@ -1,0 +1,286 @@
+"""The conventions table (conventions.yaml), read once, checked, and compiled into rules.
+
+Everything assembly knows about a built-in convention is in that file: how a retrieval span is
+recognised and read (documents.py), which spans are LLM calls and where their answer is
+(answers.py), what the byte-level count of unsampled spans looks for (markers.py), and the
+per-convention section of docs/FORMATS.md (conventions_docs.py). User mappings (the config's
+`conventions.mapping` and `conventions.mappings`) compile into the same `RetrievalRule`, so they
+are read by the same code.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ctxprec.collector.assembly.specs import Condition, Spec, conditions, parse_spec, parse_specs
+
+TABLE_PATH = Path(__file__).with_name("conventions.yaml")
+
+Require = Literal["key", "list", "documents"]
+Marker = Literal["count", "look", "none"]
+
+
+# -- compiled rules --
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One place a convention reads documents from."""
+
+    contexts: Spec
+    ids: Spec | None = None
+    scores: tuple[Spec, ...] = ()
+    metadata: Spec | None = None
+    events: str | None = None  # read span events of this name; the specs are event attribute keys
+    documents_only: bool = False
+    require: Require = "key"
+    marker: Marker = "look"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalRule:
+    name: str
+    declared: tuple[Condition, ...] = ()
+    when: tuple[Condition, ...] = ()
+    sources: tuple[Source, ...] = ()
+    query: tuple[Spec, ...] = ()
+    output: Spec | None = None  # user mappings only: the answer on the retrieval span itself
+    built_in: bool = True
+    # A span that matches `when` is a retrieval even without documents (user mappings say so).
+    when_declares: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSource:
+    value: Spec | None = None  # an attribute read as text
+    as_written: bool = False
+    strip_prefix: str | None = None
+    messages: re.Pattern[str] | None = None  # indexed messages: groups (index, field, part...)
+    role: str | None = None  # the field of a message that holds its role
+    messages_text: str = ""  # as written, for the docs
+
+    @property
+    def keys_prefix(self) -> str:
+        if self.value is not None:
+            return self.value.key
+        return self.messages_text.partition("{i}")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmRule:
+    name: str
+    declared: tuple[Condition, ...] = ()
+    present: tuple[Spec, ...] = ()
+    exclusive: bool = False
+    prompt: tuple[str, ...] = ()
+    answers: tuple[AnswerSource, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Convention:
+    name: str
+    title: str
+    emitted_by: str
+    retrieval: RetrievalRule | None
+    llm: LlmRule | None
+    chain_output: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    conventions: tuple[Convention, ...]
+    index_names: tuple[str, ...]
+    index_attributes: tuple[Condition, ...]
+    payload_attributes: tuple[str, ...]
+    document_containers: tuple[str, ...]
+
+    def convention(self, name: str) -> Convention:
+        for convention in self.conventions:
+            if convention.name == name:
+                return convention
+        raise KeyError(name)
+
+    @property
+    def retrieval_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.conventions if c.retrieval is not None)
+
+    @property
+    def llm_rules(self) -> tuple[LlmRule, ...]:
+        return tuple(c.llm for c in self.conventions if c.llm is not None)
+
+    @property
+    def answers(self) -> tuple[AnswerSource, ...]:
+        """Every answer source, in table order (the first that reads a span's answer wins)."""
+        return tuple(a for rule in self.llm_rules for a in rule.answers)
+
+    @property
+    def answer_prefixes(self) -> tuple[str, ...]:
+        """Keys (or key prefixes) that hold an answer: never part of a prompt."""
+        keys = [a.keys_prefix for a in self.answers] + [k for c in self.conventions for k in c.chain_output]
+        return tuple(dict.fromkeys(keys))
+
+    @property
+    def chain_outputs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for c in self.conventions for k in c.chain_output))
+
+    def index_building(self, name: str, attributes: Mapping[str, Any]) -> bool:
+        """A span that makes documents while building an index (never a built-in retrieval)."""
+        if any(c.holds(name, attributes) for c in self.index_attributes):
+            return True
+        names = [name]
+        entity = attributes.get("traceloop.entity.name")
+        if isinstance(entity, str):
+            names.append(entity)
+        return any(fnmatch.fnmatchcase(n, pattern) for n in names for pattern in self.index_names)
+
+
+# -- the file's schema --
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _SourceModel(_Strict):
+    contexts: str
+    ids: str | None = None
+    scores: list[str] = Field(default_factory=list)
+    metadata: str | None = None
+    events: str | None = None
+    documents_only: bool = False
+    require: Require = "key"
+    marker: Marker = "look"
+
+
+class _RetrievalModel(_Strict):
+    declared: dict[str, list[str]] = Field(default_factory=dict)
+    when: dict[str, list[str]] = Field(default_factory=dict)
+    documents: list[_SourceModel]
+    query: list[str] = Field(default_factory=list)
+
+
+class _AnswerModel(_Strict):
+    value: str | None = None
+    as_written: bool = False
+    strip_prefix: str | None = None
+    messages: str | None = None
+    role: str | None = None
+    content: list[str] = Field(default_factory=list)
+
+
+class _LlmModel(_Strict):
+    declared: dict[str, list[str]] = Field(default_factory=dict)
+    present: list[str] = Field(default_factory=list)
+    exclusive: bool = False
+    prompt: list[str] = Field(default_factory=list)
+    answer: list[_AnswerModel]
+
+
+class _ConventionModel(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    title: str
+    emitted_by: str
+    retrieval: _RetrievalModel | None = None
+    llm: _LlmModel | None = None
+    chain_output: list[str] = Field(default_factory=list)
+
+
+class _IndexBuildingModel(_Strict):
+    names: list[str] = Field(default_factory=list)
+    attributes: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class _TableModel(_Strict):
+    index_building: _IndexBuildingModel
+    payload_attributes: list[str] = Field(default_factory=list)
+    document_containers: list[str] = Field(default_factory=list)
+    conventions: list[_ConventionModel]
+
+    @field_validator("conventions")
+    @classmethod
+    def _unique(cls, value: list[_ConventionModel]) -> list[_ConventionModel]:
+        names = [c.name for c in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"convention names must be unique: {', '.join(duplicates)}")
+        return value
+
+
+def compile_source(raw: _SourceModel) -> Source:
+    return Source(
+        contexts=parse_spec(raw.contexts),
+        ids=parse_spec(raw.ids) if raw.ids else None,
+        scores=parse_specs(raw.scores),
+        metadata=parse_spec(raw.metadata) if raw.metadata else None,
+        events=raw.events,
+        documents_only=raw.documents_only,
+        require=raw.require,
+        marker=raw.marker,
+    )
+
+
+def _messages_pattern(prefix_pattern: str, role: str | None, content: list[str]) -> re.Pattern[str]:
+    """`llm.output_messages.{i}.message.` + role `role` + content [`content`,
+    `contents.{j}.message_content.text`] -> a regex with groups (index, field, part)."""
+    head = re.escape(prefix_pattern).replace(re.escape("{i}"), r"(\d{1,6})")
+    fields = [re.escape(role)] if role else []
+    for item in content:
+        fields.append(re.escape(item).replace(re.escape("{j}"), r"(\d{1,6})"))
+    alternatives = "|".join(fields)
+    return re.compile(f"^{head}({alternatives})$")
+
+
+def _compile_answer(raw: _AnswerModel) -> AnswerSource:
+    if (raw.value is None) == (raw.messages is None):
+        raise ValueError("an answer source has either `value` or `messages`")
+    if raw.messages is not None:
+        if not raw.content:
+            raise ValueError(f"messages {raw.messages!r}: `content` is missing")
+        return AnswerSource(messages=_messages_pattern(raw.messages, raw.role, raw.content), role=raw.role,
+                            messages_text=raw.messages)
+    assert raw.value is not None
+    return AnswerSource(value=parse_spec(raw.value), as_written=raw.as_written, strip_prefix=raw.strip_prefix)
+
+
+def _compile(model: _TableModel) -> Table:
+    conventions: list[Convention] = []
+    for raw in model.conventions:
+        retrieval = None
+        if raw.retrieval is not None:
+            r = raw.retrieval
+            retrieval = RetrievalRule(
+                name=raw.name, declared=conditions(r.declared), when=conditions(r.when),
+                sources=tuple(compile_source(s) for s in r.documents), query=parse_specs(r.query))
+        llm = None
+        if raw.llm is not None:
+            m = raw.llm
+            llm = LlmRule(name=raw.name, declared=conditions(m.declared), present=parse_specs(m.present),
+                          exclusive=m.exclusive, prompt=tuple(m.prompt),
+                          answers=tuple(_compile_answer(a) for a in m.answer))
+        conventions.append(Convention(raw.name, raw.title, raw.emitted_by, retrieval, llm, tuple(raw.chain_output)))
+    return Table(tuple(conventions), tuple(model.index_building.names), conditions(model.index_building.attributes),
+                 tuple(model.payload_attributes), tuple(model.document_containers))
+
+
+def parse_table(text: str, source: str = "conventions table") -> Table:
+    """A table from YAML text; ValueError naming the entry and field that is wrong."""
+    try:
+        raw = yaml.safe_load(text)
+        return _compile(_TableModel.model_validate(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{source}: {where}: {first['msg']}") from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+@cache
+def table() -> Table:
+    """The built-in table (conventions.yaml), loaded on first use."""
+    return parse_table(TABLE_PATH.read_text(encoding="utf-8"), str(TABLE_PATH.name))

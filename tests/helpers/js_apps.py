@@ -7,17 +7,15 @@ JSON file with the fake embedding of every known text, so both sides retrieve th
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tests.helpers.framework_apps import AppRun
+from tests.helpers.framework_apps import AppRun, run_report, runs_of
 from tests.realtraffic.apps import corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,16 +83,5 @@ async def run_js_app(cell: JsCell, *, endpoints: Sequence[str], service: str,
             args += ["--endpoint", endpoint]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "NODE_"))}
         env["MASTRA_TELEMETRY_DISABLED"] = "1"
-        proc = await asyncio.create_subprocess_exec(*args, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)
-        try:
-            _, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise
-        if proc.returncode != 0:
-            sys.stderr.write(stderr.decode(errors="replace"))
-            raise RuntimeError(f"{cell.name} app exited {proc.returncode}: {stderr.decode(errors='replace')[-2000:]}")
-        report = json.loads(out.read_text(encoding="utf-8"))
-    return [AppRun(r["query"], r["contexts"], r.get("context_ids") or [], r["answer"]) for r in report["runs"]]
+        report = await run_report(args, env=env, out=out, what=f"{cell.name} app", timeout_s=timeout_s)
+    return runs_of(report)

@@ -10,23 +10,19 @@ what each saw. The tests assert on it; `python -m tests.realtraffic.js_figures` 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from ctxprec.collector.model import Outcome
-from ctxprec.collector.pipeline import Pipeline
 from ctxprec.collector.stub_judge import StubJudge
 from tests.collector.rag_app import running, scrape, serve_config, wait_until
 from tests.helpers.framework_apps import AppRun
 from tests.helpers.js_apps import JsCell, run_js_app
 from tests.helpers.otlp_capture import OtlpCapture
+from tests.helpers.scored_like_batch import Outcomes, judge_flags, metrics_text
 
 SHAPES = ("direct", "http")
 MASTRA_VERSIONS = ("1.71", "1.70")
@@ -65,16 +61,6 @@ MAPPINGS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-class Outcomes:
-    """A result sink that keeps every outcome, to compare with what the app did."""
-
-    def __init__(self) -> None:
-        self.items: list[Outcome] = []
-
-    def emit(self, outcome: Outcome) -> None:
-        self.items.append(outcome)
-
-
 @dataclass
 class Observation:
     cell: JsCell
@@ -92,10 +78,6 @@ class Observation:
         r = outcome.retrieval
         return ([c.content for c in r.contexts] == run.contexts and r.output == run.answer
                 and r.answer_source == "llm_span" and r.answer_clean)
-
-
-def judge_flags(stub: StubJudge) -> list[str]:
-    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "test-key"]
 
 
 def cell_config(cell: JsCell) -> dict[str, Any] | None:
@@ -145,54 +127,9 @@ async def observe(cell: JsCell, stub: StubJudge, tmp_path: Path, *, expected: in
                 await _wait(lambda: len(capture.find_spans("gen_ai.evaluation.name", "context_precision"))
                             >= pipeline.fanout.counts["evaluated"], timeout, "scored spans downstream", notes)
             await asyncio.sleep(0.5)  # a second (wrong) decision would show up now
-            metrics = scrape(await _metrics(pipeline))
+            metrics = scrape(await metrics_text(pipeline))
             decisions, unsampled = pipeline.fanout.counts, counter.fanout.counts
     except BaseException:
         await capture.stop()
         raise
     return Observation(cell, service, runs, decisions, unsampled, outcomes.items, metrics, capture, notes)
-
-
-async def _metrics(pipeline: Pipeline) -> str:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{pipeline.metrics_url}/metrics") as response:
-            return await response.text()
-
-
-class BatchScores:
-    """`ctxprec score` (the CLI, in its own process) on the query, contexts and answer of runs.
-
-    The stub judge's verdicts depend only on the texts, so a triple scored once is not scored
-    again: most cells retrieve and answer the same three questions alike."""
-
-    def __init__(self) -> None:
-        self._scores: dict[tuple[str, tuple[str, ...], str], float] = {}
-
-    async def __call__(self, stub: StubJudge, runs: list[AppRun], tmp_path: Path) -> dict[str, float]:
-        new = [r for r in runs if _key(r) not in self._scores]
-        if new:
-            await self._score(stub, new, tmp_path)
-        return {r.query: self._scores[_key(r)] for r in runs}
-
-    async def _score(self, stub: StubJudge, runs: list[AppRun], tmp_path: Path) -> None:
-        events = tmp_path / "events.jsonl"
-        events.write_text("".join(json.dumps({"query": r.query, "contexts": r.contexts, "output": r.answer}) + "\n"
-                                  for r in runs), encoding="utf-8")
-        out = tmp_path / "scores.jsonl"
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ctxprec.collector.cli", "score", str(events), "-o", str(out),
-            "--judge-model", "openai/stub", "--judge-api-base", stub.url,
-            env={**os.environ, "OPENAI_API_KEY": "test-key"}, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ctxprec score exited {proc.returncode}: {stderr.decode()}")
-        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        if [r["reference_kind"] for r in records] != ["output"] * len(runs):
-            raise RuntimeError(f"ctxprec score did not judge against the answers: {records}")
-        for run, record in zip(runs, records):
-            self._scores[_key(run)] = record["score"]
-
-
-def _key(run: AppRun) -> tuple[str, tuple[str, ...], str]:
-    return (run.query, tuple(run.contexts), run.answer)

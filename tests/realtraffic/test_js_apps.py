@@ -22,7 +22,8 @@ import pytest
 from ctxprec.collector.stub_judge import StubJudge
 from tests.collector.rag_app import value
 from tests.helpers.js_apps import JsCell
-from tests.realtraffic.js_matrix import CELLS, NO_CONTENT_CELLS, BatchScores, observe
+from tests.helpers.scored_like_batch import BatchScores, assert_scored_like_the_batch
+from tests.realtraffic.js_matrix import CELLS, NO_CONTENT_CELLS, observe
 
 pytestmark = pytest.mark.slow
 
@@ -43,21 +44,7 @@ async def test_js_app_traffic_is_scored_like_the_batch(cell: JsCell, make_stub_j
                      reference_kind="output") == 3
 
         batch = await batch_scores(stub, seen.runs, tmp_path)
-        by_query = {o.retrieval.query: o for o in seen.outcomes}
-        assert sorted(by_query) == sorted(r.query for r in seen.runs)
-        for run in seen.runs:
-            outcome = by_query[run.query]
-            r, result = outcome.retrieval, outcome.result
-            assert result is not None
-            assert [c.content for c in r.contexts] == run.contexts  # rank order
-            assert r.output == run.answer
-            assert (r.answer_source, r.answer_clean, result.reference_kind) == ("llm_span", True, "output")
-            assert result.score == batch[run.query]
-            scored = seen.capture.span(r.span_id)
-            assert scored is not None, f"scored span {r.span_id} not forwarded"
-            assert scored.attributes["gen_ai.evaluation.score.value"] == result.score
-            assert scored.attributes["ctxprec.reference_kind"] == "output"
-            assert scored.resource["service.name"] == seen.service
+        assert_scored_like_the_batch(seen.runs, seen.outcomes, batch, seen.capture, seen.service)
     finally:
         await seen.capture.stop()
 

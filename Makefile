@@ -55,11 +55,12 @@ $(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
 	$(PHOENIX_VENV)/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION) -c $(PHOENIX_CONSTRAINTS)
 	touch $@
 
-# npm ci empties node_modules first, so the stamp is written after both installs.
+# npm ci empties node_modules first, so the stamp is written after both installs; no package
+# needs its install scripts (libsql ships prebuilt binaries as optional dependencies).
 $(JS_STAMP): $(JS_LOCKS)
 	@command -v node >/dev/null && command -v npm >/dev/null || { echo "Node.js 20+ and npm are needed for the JavaScript test apps" >&2; exit 1; }
-	cd $(JS_APPS) && npm ci --no-audit --no-fund --loglevel=error
-	cd $(JS_APPS)/mastra-1.70 && npm ci --no-audit --no-fund --loglevel=error
+	cd $(JS_APPS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	cd $(JS_APPS)/mastra-1.70 && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
 venv: $(STAMP)

@@ -22,6 +22,7 @@ import pytest
 from ctxprec.collector.stub_judge import StubJudge
 from tests.collector.rag_app import value
 from tests.helpers.js_apps import JsCell
+from tests.realtraffic.apps.corpus import QUESTIONS
 from tests.helpers.scored_like_batch import BatchScores, assert_scored_like_the_batch
 from tests.realtraffic.js_matrix import CELLS, NO_CONTENT_CELLS, observe
 
@@ -37,7 +38,8 @@ async def test_js_app_traffic_is_scored_like_the_batch(cell: JsCell, make_stub_j
     stub = await make_stub_judge()
     seen = await observe(cell, stub, tmp_path)
     try:
-        assert len(seen.runs) == 3
+        # The app's own retrieval, through its framework's store and tools, is the corpus' order.
+        assert [r.context_ids for r in seen.runs] == [list(q.retrieved_ids) for q in QUESTIONS]
         assert seen.decisions == {"evaluated": 3}, seen.notes
         assert seen.unsampled == {"not_sampled": 3}, seen.notes
         assert value(seen.metrics, "ctxprec_reference_kind_total", service=seen.service,

@@ -8,8 +8,9 @@ objects (LangChain `page_content`, LlamaIndex NodeWithScore `node.text`, generic
 `content`/`text`, Haystack `Document(...)` reprs); ids and scores come from their own specs when
 the rule gives them, else from each document.
 
-A document with an id or a score but no text (GenAI spans recorded without content capture) is
-counted in `Found.without_text`: such a retrieval is decided `no_content`, never scored as empty.
+A document with an id or a score but no text (GenAI spans recorded without content capture), or
+whose text an instrumentor replaced with a placeholder (`__REDACTED__`), is counted in
+`Found.without_text`: such a retrieval is decided `no_content`, never scored as if empty.
 
 Work is bounded on hostile input: at most `limit` contexts per retrieval (the rest are counted
 in `Found.dropped`); strings were already cut when spans were copied.
@@ -31,9 +32,10 @@ from ctxprec.collector.assembly.values import (
 )
 from ctxprec.collector.model import RetrievedContext
 
-_TEXT_FIELDS = ("content", "text", "page_content", "document", "pageContent")
 _ID_FIELDS = ("id", "document_id", "id_", "doc_id")
 _CONTAINERS = table().document_containers
+_TEXT_FIELDS = table().document_text_fields
+_REDACTED = table().redacted_texts
 # The start of a value that can hold documents: a list, or an object whose first key is one of
 # the containers. Checked before any JSON is parsed (a task's output may be large and not documents).
 _DOCUMENTS_PREFIX = re.compile(r'^\s*(\[|\{\s*"(' + "|".join(map(re.escape, _CONTAINERS)) + r')"\s*:\s*\[)')
@@ -134,8 +136,8 @@ def _read_events(source: Source, span: SpanRecord, limit: int) -> _Read:
         text = as_text(values.get(source.contexts.key))
         doc_id = values.get(source.ids.key) if source.ids is not None else None
         score = next((values[s.key] for s in source.scores if s.key in values), None)
-        if text is None:
-            without_text += doc_id is not None or score is not None
+        if text is None or text in _REDACTED:
+            without_text += text is not None or doc_id is not None or score is not None
             continue
         usable += 1
         if len(contexts) < limit:
@@ -152,7 +154,9 @@ def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read
     metadata = _ranked(source.metadata, attributes)
     if not (texts or ids or any(scores) or metadata):
         return _ABSENT
-    indices = sorted(i for i, value in texts.items() if as_text(value) is not None or isinstance(value, dict))
+    redacted = {i for i, value in texts.items() if isinstance(value, str) and value in _REDACTED}
+    indices = sorted(i for i, value in texts.items()
+                     if i not in redacted and (as_text(value) is not None or isinstance(value, dict)))
     contexts: list[RetrievedContext] = []
     for i in indices[:limit]:
         value = texts[i]
@@ -166,7 +170,7 @@ def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read
             contexts.append(context)
         else:
             contexts.append(_context(value, ids.get(i), score, metadata.get(i), position=i))
-    textless = (set(ids) | {i for s in scores for i in s}) - set(indices)
+    textless = (set(ids) | {i for s in scores for i in s} | redacted) - set(indices)
     return _Read(True, contexts, max(0, len(indices) - limit), len(textless))
 
 
@@ -232,8 +236,8 @@ def _contexts(items: Sequence[Any], limit: int, *, documents_only: bool = False,
         if documents_only and isinstance(item, str) and not item.lstrip().startswith("Document("):
             continue
         context = context_from_item(item)
-        if context is None:
-            without_text += _textless_document(item)
+        if context is None or context.content in _REDACTED:
+            without_text += context is not None or _textless_document(item)
             continue
         usable += 1
         if len(contexts) < limit:

@@ -99,6 +99,8 @@ class Table:
     index_attributes: tuple[Condition, ...]
     payload_attributes: tuple[str, ...]
     document_containers: tuple[str, ...]
+    document_text_fields: tuple[str, ...]
+    redacted_texts: frozenset[str]
 
     def convention(self, name: str) -> Convention:
         for convention in self.conventions:
@@ -199,6 +201,8 @@ class _TableModel(_Strict):
     index_building: _IndexBuildingModel
     payload_attributes: list[str] = Field(default_factory=list)
     document_containers: list[str] = Field(default_factory=list)
+    document_text_fields: list[str] = Field(min_length=1)
+    redacted_texts: list[str] = Field(default_factory=list)
     conventions: list[_ConventionModel]
 
     @field_validator("conventions")
@@ -264,7 +268,8 @@ def _compile(model: _TableModel) -> Table:
                           answers=tuple(_compile_answer(a) for a in m.answer))
         conventions.append(Convention(raw.name, raw.title, raw.emitted_by, retrieval, llm, tuple(raw.chain_output)))
     return Table(tuple(conventions), tuple(model.index_building.names), conditions(model.index_building.attributes),
-                 tuple(model.payload_attributes), tuple(model.document_containers))
+                 tuple(model.payload_attributes), tuple(model.document_containers),
+                 tuple(model.document_text_fields), frozenset(model.redacted_texts))
 
 
 def parse_table(text: str, source: str = "conventions table") -> Table:
@@ -273,9 +278,8 @@ def parse_table(text: str, source: str = "conventions table") -> Table:
         raw = yaml.safe_load(text)
         return _compile(_TableModel.model_validate(raw))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{source}: {where}: {first['msg']}") from None
+        problems = ["{}: {}".format(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()[:3]]
+        raise ValueError(f"{source}: {'; '.join(problems)}") from None
     except (yaml.YAMLError, ValueError) as exc:
         raise ValueError(f"{source}: {exc}") from None
 

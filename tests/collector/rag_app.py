@@ -87,6 +87,27 @@ class RagApp:
                     [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]))
         return Emitted(f"{retrieval.trace_id:032x}", f"{retrieval.span_id:016x}", "genai")
 
+    def genai_v140(self, query: str, docs: list[str], answer: str, *, content: bool = True) -> Emitted:
+        """A retrieval span as an app writes it with the GenAI conventions v1.40: the documents as
+        a structured attribute (a list of maps; the SDK sends an array of kvlists), each with
+        `id` and `score`, and `content` only when content capture is on."""
+        with self.tracer.start_as_current_span("answer-question"):
+            with self.tracer.start_as_current_span("retrieval kb-v140") as span:
+                span.set_attribute("gen_ai.operation.name", "retrieval")
+                span.set_attribute("gen_ai.retrieval.query.text", query)
+                span.set_attribute("gen_ai.retrieval.documents", [  # type: ignore[arg-type]
+                    {"id": f"d{i}", "score": round(1.0 - i / 10, 2), **({"content": d} if content else {})}
+                    for i, d in enumerate(docs)])
+                retrieval = span.get_span_context()
+            with self.tracer.start_as_current_span("chat gpt") as llm:
+                llm.set_attribute("gen_ai.operation.name", "chat")
+                if content:
+                    llm.set_attribute("gen_ai.input.messages", json.dumps(
+                        [{"role": "user", "parts": [{"type": "text", "content": "\n".join([*docs, query])}]}]))
+                    llm.set_attribute("gen_ai.output.messages", json.dumps(
+                        [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]))
+        return Emitted(f"{retrieval.trace_id:032x}", f"{retrieval.span_id:016x}", "genai")
+
     def openllmetry(self, query: str, docs: list[str], answer: str) -> Emitted:
         with self.tracer.start_as_current_span("workflow"):
             with self.tracer.start_as_current_span("vectorstore.query") as span:

@@ -153,6 +153,42 @@ class _Empty:
     attributes: dict[str, Any] = {}
 
 
+async def test_genai_v140_structured_documents_are_scored_and_documents_without_text_are_no_content(
+        make_stub_judge: MakeStub) -> None:
+    """The structured form of gen_ai.retrieval.documents (OTLP array of kvlists), with content and
+    with only id and score (content capture off): the first is scored, the second decided
+    `no_content` (not `no_contexts`, never a score), in the metrics and on the forwarded span;
+    a second sidecar that samples nothing counts both as `not_sampled`."""
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    try:
+        async with running(serve_config(*judge_flags(stub), "--forward-to", capture.http_url)) as pipeline, \
+                running(serve_config(*judge_flags(stub), "--sample-rate", "0")) as counter:
+            apps = [RagApp(protocol="http", port=p.otlp_http_port, service="v140-app") for p in (pipeline, counter)]
+            emitted = [(app.genai_v140(QUERY, DOCS_083, ANSWER), app.genai_v140(QUERY, DOCS_083, ANSWER, content=False))
+                       for app in apps]
+            for app in apps:
+                await app.flush()
+                await app.close()
+            await wait_until(lambda: sum(pipeline.fanout.counts.values()) >= 2, what="two decisions")
+            await wait_until(lambda: sum(counter.fanout.counts.values()) >= 2, what="two unsampled retrievals")
+            with_text, without_text = emitted[0]
+            await wait_until(lambda: capture.span(without_text.retriever_span_id) is not None
+                             and capture.span(with_text.retriever_span_id) is not None, what="both spans downstream")
+            _, text = await fetch(f"{pipeline.metrics_url}/metrics")
+            m = scrape(text)
+            assert pipeline.fanout.counts == {"evaluated": 1, "no_content": 1}
+            assert counter.fanout.counts == {"not_sampled": 2}
+            assert value(m, "ctxprec_samples_total", service="v140-app", decision="no_content") == 1
+            scored = capture.span(with_text.retriever_span_id).attributes  # type: ignore[union-attr]
+            assert scored["gen_ai.evaluation.score.value"] == 0.83
+            assert scored["ctxprec.reference_kind"] == "output"
+            unscored = capture.span(without_text.retriever_span_id).attributes  # type: ignore[union-attr]
+            assert "gen_ai.evaluation.score.value" not in unscored
+    finally:
+        await capture.stop()
+
+
 @pytest.mark.parametrize("downstream", ["http", "grpc"])
 async def test_evaluator_mode_emits_linked_evaluator_span_and_log(make_stub_judge: MakeStub, downstream: str) -> None:
     stub = await make_stub_judge()

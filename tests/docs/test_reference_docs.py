@@ -6,6 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from ctxprec.collector.assembly import conventions_docs
+from ctxprec.collector.assembly.table import table
 from ctxprec.collector.metrics import reference
 from ctxprec.collector.metrics.registry import Metrics
 
@@ -15,6 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_metrics_reference_is_generated_from_the_registry() -> None:
     assert reference.PATH.read_text(encoding="utf-8") == reference.render(), (
         "docs/METRICS.md is out of date: run python -m ctxprec.collector.metrics.reference")
+
+
+def test_formats_conventions_section_is_generated_from_the_table() -> None:
+    assert conventions_docs.PATH.read_text(encoding="utf-8") == conventions_docs.render(), (
+        "docs/FORMATS.md is out of date: run python -m ctxprec.collector.assembly.conventions_docs")
+    section = conventions_docs.render_section(table())
+    for convention in table().conventions:
+        assert f"`{convention.name}`" in section
+        for source in convention.retrieval.sources if convention.retrieval else ():
+            assert source.contexts.text in section
 
 
 def test_every_exposed_metric_family_is_listed() -> None:

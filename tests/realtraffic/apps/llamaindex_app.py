@@ -1,4 +1,4 @@
-"""LlamaIndex RAG app: VectorStoreIndex over fixed nodes, a fake embedding and a canned LLM.
+"""LlamaIndex RAG app: a VectorStoreIndex built from Documents through a SentenceSplitter, a fake embedding and a canned LLM.
 
 The LLM is either CannedLLM or llama-index-llms-openai's real OpenAI class over a mock
 transport (fake_openai.py); instrumentors treat the OpenAI class specially (OpenLLMetry
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from llama_index.core import PromptTemplate, Settings, VectorStoreIndex
+from llama_index.core import Document, PromptTemplate, Settings, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -23,7 +23,8 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.llm import LLM
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import NodeWithScore
 from opentelemetry.sdk.trace import TracerProvider
 
 from .corpus import (
@@ -138,10 +139,12 @@ class LlamaIndexApp:
     def __init__(self, llm: LLMKind) -> None:
         self.llm = _make_llm(llm)
         configure_offline(self.llm)
-        # Nodes rather than Documents: no sentence splitting, so no NLTK data is needed and
-        # node ids are the corpus ids.
-        nodes = [TextNode(id_=d.doc_id, text=d.text) for d in DOCS]
-        self.index = VectorStoreIndex(nodes, embed_model=CorpusEmbedding())
+        # The index is built as apps build it, from Documents through a node parser, while
+        # instrumented: the splitter's and the embedding's spans carry documents too, and are
+        # not retrievals. Each corpus document is one chunk; its node keeps the corpus id.
+        splitter = SentenceSplitter(chunk_size=512, chunk_overlap=0, id_func=lambda _, document: document.doc_id)
+        documents = [Document(id_=d.doc_id, text=d.text) for d in DOCS]
+        self.index = VectorStoreIndex.from_documents(documents, transformations=[splitter], embed_model=CorpusEmbedding())
         self.query_engine = self.index.as_query_engine(llm=self.llm, similarity_top_k=TOP_K)
         self.retriever = self.index.as_retriever(similarity_top_k=TOP_K)
 

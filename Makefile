@@ -17,6 +17,11 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 PHOENIX_CONSTRAINTS := tests/realtraffic/phoenix-constraints.txt
+# The JavaScript test apps (Mastra, AI SDK, LangChain.js): Node.js packages from committed lockfiles,
+# Mastra 1.70 in a folder of its own (its packages find @mastra/core as a peer dependency).
+JS_APPS := tests/realtraffic/js
+JS_LOCKS := $(JS_APPS)/package-lock.json $(JS_APPS)/mastra-1.70/package-lock.json
+JS_STAMP := $(JS_APPS)/node_modules/.installed
 
 .PHONY: demo test test-fast bench venv test-deps system-deps clean
 
@@ -50,6 +55,14 @@ $(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
 	$(PHOENIX_VENV)/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION) -c $(PHOENIX_CONSTRAINTS)
 	touch $@
 
+# npm ci empties node_modules first, so the stamp is written after both installs; no package
+# needs its install scripts (libsql ships prebuilt binaries as optional dependencies).
+$(JS_STAMP): $(JS_LOCKS)
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "Node.js 20+ and npm are needed for the JavaScript test apps" >&2; exit 1; }
+	cd $(JS_APPS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	cd $(JS_APPS)/mastra-1.70 && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
 venv: $(STAMP)
 
 # Prometheus (for promtool and the live dashboard test) comes from Debian's packages, installed
@@ -57,7 +70,7 @@ venv: $(STAMP)
 system-deps:
 	@sh tests/install-system-deps.sh
 
-test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) system-deps
+test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
 
 # The demo ends by itself after 90 s with its summary; DURATION=0 keeps it running until Ctrl-C,
 # DURATION=300 runs it for five minutes.
@@ -80,4 +93,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) .pytest_cache
+	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS_PYTHON = ROOT / ".venv-apps" / "bin" / "python"
@@ -50,17 +50,28 @@ async def run_app(framework: str, instrumentor: str, shape: str, *, endpoints: S
             args += ["--project", project]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "PYTHON"))}
         env["HAYSTACK_TELEMETRY_ENABLED"] = "False"
-        proc = await asyncio.create_subprocess_exec(*args, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)
-        try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise
-        if proc.returncode != 0:
-            sys.stderr.write(stderr.decode(errors="replace"))
-            raise RuntimeError(f"{framework}/{instrumentor}/{shape} app exited {proc.returncode}: "
-                               f"{stderr.decode(errors='replace')[-2000:]}")
-        report = json.loads(out.read_text(encoding="utf-8"))
+        report = await run_report(args, env=env, out=out, what=f"{framework}/{instrumentor}/{shape} app",
+                                  timeout_s=timeout_s)
+    return runs_of(report)
+
+
+async def run_report(args: Sequence[str], *, env: dict[str, str], out: Path, what: str,
+                     timeout_s: float) -> dict[str, Any]:
+    """Runs an app process from the repository root; returns the JSON report it wrote to `out`."""
+    proc = await asyncio.create_subprocess_exec(*args, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        sys.stderr.write(stderr.decode(errors="replace"))
+        raise RuntimeError(f"{what} exited {proc.returncode}: {stderr.decode(errors='replace')[-2000:]}")
+    report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return report
+
+
+def runs_of(report: dict[str, Any]) -> list[AppRun]:
     return [AppRun(r["query"], r["contexts"], r.get("context_ids") or [], r["answer"]) for r in report["runs"]]

@@ -128,7 +128,9 @@ def _workers(diagnostics: bool) -> Any:
     drift = DriftMonitor(metrics)
     fanout = ResultFanout(metrics, [MetricsSink(metrics, drift)])
     if diagnostics:
-        fanout.add(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift))
+        sink = DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift)
+        drift.on_alarm = sink.explainer
+        fanout.add(sink)
     engine = _Engine()
     return ScoringWorkers(engine, downstream=fanout, identity=ScorerIdentity.of_engine(engine), metrics=metrics)
 

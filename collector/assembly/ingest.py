@@ -43,9 +43,9 @@ from ctxprec.collector.assembly.spans import (
 )
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.assembly.wire import resource_ranges
-from ctxprec.collector.components import RetrievalSink, SpanPassThrough
+from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Countdown, HeldSpan
+from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -94,7 +94,7 @@ class OtlpIngest:
     # -- the hot path --
 
     async def ingest(self, request: ExportTraceServiceRequest, *, receiver: str, raw: bytes | None = None,
-                     ack: Any = None) -> None:
+                     ack: PendingAck | None = None) -> None:
         """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
         has it (forwarded as is when nothing in it is held; without it the request is encoded
         once). Counts the spans under `receiver`. `ack` (a PendingAck) is held by each sampled
@@ -228,14 +228,18 @@ class OtlpIngest:
         if self._task is None:
             self._task = asyncio.create_task(self._flush_loop(), name="otlp-ingest-flush")
 
-    async def stop(self) -> None:
-        """Hands every buffered trace to the sink."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Hands every buffered trace to the sink now: no more spans can come for them (the
+        receivers finished first), and scoring has what is left of the deadline for them."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         for trace in self.buffer.pop_all():
             self._finish(trace)
+
+    async def close(self) -> None:
+        return None
 
     async def _flush_loop(self) -> None:
         while True:

@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from ctxprec.collector.assembly.spans import set_any_value
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.otlp_sender import (
@@ -97,10 +98,15 @@ class EvaluatorExporter:
         if self._logs is not None:
             await self._logs.start()
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        await self._spans.stop(timeout_s)
+    async def finish(self, deadline: Deadline) -> None:
+        await self._spans.finish(deadline)
         if self._logs is not None:
-            await self._logs.stop(timeout_s)
+            await self._logs.finish(deadline)
+
+    async def close(self) -> None:
+        await self._spans.close()
+        if self._logs is not None:
+            await self._logs.close()
 
     def emit(self, outcome: Outcome) -> None:
         if not outcome.scored:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Callable
 
+from ctxprec.collector.components import Stateless
 from ctxprec.collector.config_types import Count, Positive, Rate, setting
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics, rank_label
@@ -125,7 +126,7 @@ class DriftDetector:
 DriftObserver = Callable[[str, DriftDetector], None]
 
 
-class DriftMonitor:
+class DriftMonitor(Stateless):
     """One detector per (capped) service label, mirrored into the precision gauges. Each
     observer is called with the label and its detector after every score (adaptive sampling)."""
 
@@ -161,7 +162,7 @@ class DriftMonitor:
         return alarmed
 
 
-class MetricsSink:
+class MetricsSink(Stateless):
     """A `ResultSink`: score histograms, per-rank relevance, score delay and drift."""
 
     def __init__(self, metrics: Metrics, drift: DriftMonitor | None = None) -> None:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.scoring.engine_process import ProcessEngine
 from ctxprec.scorer.engine import build_engine
@@ -53,3 +54,20 @@ def make_engine(config: ServeConfig, observer: RequestObserver) -> Any:
         return ProcessEngine(config.judge.judge_config(), scale=config.judge.scale, observer=observer,
                              log_level=config.log_level)
     return build_engine(config.judge.judge_config(), scale=config.judge.scale, observer=observer)
+
+
+class EngineStage:
+    """The scoring engine as a pipeline component: started (its judge client's one-time work,
+    `warm_up`) before the workers that use it, closed after they finished."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    async def start(self) -> None:
+        await self.engine.warm_up()
+
+    async def finish(self, deadline: Deadline) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self.engine.aclose()

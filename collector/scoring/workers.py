@@ -5,7 +5,7 @@ Ingestion only ever calls `try_submit`, which never waits: a full queue is the o
 failure is a `failed` decision with the error's kind, never an invented score. The outcome, with
 its score record, goes on to the `ResultSink` downstream; scoring knows nothing of exporters.
 
-Shutdown: `aclose(timeout_s)` stops taking work, lets the queue drain until the deadline, then
+Shutdown (`finish(deadline)`) stops taking work, lets the queue drain until the deadline, then
 cancels what is still running; everything not finished by then is decided `failed` with error
 type `shutdown`, so nothing is silently lost.
 """
@@ -17,9 +17,9 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from ctxprec.collector.components import ResultSink
+from ctxprec.collector.components import Deadline, ResultSink
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Outcome, Retrieval
+from ctxprec.collector.model import SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.decide import DailyBudget
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer import documents
@@ -28,9 +28,6 @@ from ctxprec.scorer.records import failure_record, record_id, rfc3339, score_rec
 from ctxprec.scorer.result import ScoreResult
 
 log = logging.getLogger(__name__)
-
-SHUTDOWN = "shutdown"
-
 
 class ScoringWorkers:
     def __init__(
@@ -57,7 +54,6 @@ class ScoringWorkers:
             metrics.queue_depth.set_function(self._queue.qsize)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
-        self._cancelled = False
         self.in_flight = 0
 
     @property
@@ -132,41 +128,28 @@ class ScoringWorkers:
             self.budget.settle(0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
 
-    async def drain(self, timeout_s: float) -> bool:
-        """Stop taking work and wait up to `timeout_s` for the queue to empty and the workers to
-        finish; True when everything was scored. Running workers are left running."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Take no more work, let the queue drain until `deadline`, then cancel what is still
+        running: every retrieval taken in gets its decision, those cut short `failed` with error
+        type `shutdown` (their input stays unacknowledged, so a Kafka message is read again)."""
         self._closing = True
-        if not self._tasks:
-            return self._queue.empty()
-        try:
-            await asyncio.wait_for(self._queue.join(), timeout=max(0.0, timeout_s))
-        except asyncio.TimeoutError:
-            log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
-                        self._queue.qsize(), self.in_flight)
-            return False
-        return True
-
-    def cancel(self) -> None:
-        """Cancel the workers without yielding to the loop, so that no judge answer can still be
-        turned into a score after this call (the pipeline freezes the Kafka commit point just before:
-        what is scored is committed, what is cut is read again). `aclose` collects them."""
-        self._closing = self._cancelled = True
-        for task in self._tasks:
-            task.cancel()
-
-    async def aclose(self, timeout_s: float = 10.0) -> None:
-        """Drain within `timeout_s`, then cancel; every queued retrieval still gets a decision."""
         if self._tasks:
-            if not self._cancelled:
-                await self.drain(timeout_s)
-                self.cancel()
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
+            except asyncio.TimeoutError:
+                log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
+                            self._queue.qsize(), self.in_flight)
+            for task in self._tasks:
+                task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks = []
-        self._closing = True
         while not self._queue.empty():
             r = self._queue.get_nowait()
             self._queue.task_done()
             self._fail(r, SHUTDOWN, "the sidecar shut down before this retrieval was scored")
+
+    async def close(self) -> None:
+        return None
 
 
 def _timestamp(r: Retrieval) -> str | None:

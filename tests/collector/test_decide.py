@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import (
@@ -94,12 +95,12 @@ async def test_each_path_gives_exactly_one_decision() -> None:
     assert sample_count(metrics, "svc", "duplicate") == 1
 
     # Shutting down: the queued one is decided failed/shutdown, later arrivals too.
-    await workers.aclose(0.1)
+    await shutdown(workers, 0.1)
     gate.closed = True
     gate.submit(retrieval(7))
-    shutdown = [(span, d, attrs) for span, d, attrs in log if d is Decision.FAILED]
-    assert [s for s, _, _ in shutdown] == [f"{5:016x}", f"{7:016x}"]
-    assert all(attrs["error.type"] == "shutdown" for _, _, attrs in shutdown)
+    cut = [(span, d, attrs) for span, d, attrs in log if d is Decision.FAILED]
+    assert [s for s, _, _ in cut] == [f"{5:016x}", f"{7:016x}"]
+    assert all(attrs["error.type"] == "shutdown" for _, _, attrs in cut)
     assert sample_count(metrics, "svc", "failed") == 2
 
 
@@ -125,7 +126,7 @@ async def test_throttle_is_a_token_bucket_per_minute() -> None:
     gate.submit(retrieval(101))
     assert workers.depth == 11
     assert sample_count(metrics, "svc", "throttled") == 3
-    await workers.aclose(0)
+    await shutdown(workers, 0)
 
 
 async def test_daily_budget_stops_scoring_until_the_next_utc_day() -> None:
@@ -146,7 +147,7 @@ async def test_daily_budget_stops_scoring_until_the_next_utc_day() -> None:
     assert len(log) == 2 and workers.depth == 3
     assert budget.spent == 0.0
     assert sample_count(metrics, "svc", "over_budget") == 2
-    await workers.aclose(0)
+    await shutdown(workers, 0)
 
 
 async def test_budget_reserves_in_flight_scores_at_the_average_cost() -> None:
@@ -168,7 +169,7 @@ async def test_rss_over_the_cap_sheds_as_overloaded() -> None:
     gate2, workers2, _ = make_gate(rss_guard=RssGuard(current_rss_bytes() * 4), log=log)
     gate2.submit(retrieval(2))
     assert workers2.depth == 1
-    await workers2.aclose(0)
+    await shutdown(workers2, 0)
 
 
 def test_recent_keys_forget_after_the_window_and_stay_bounded() -> None:

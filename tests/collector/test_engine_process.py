@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 import pytest
+from ctxprec.collector.components import shutdown
 from ctxprec.collector import config as config_module
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.exporters.fanout import ResultFanout
@@ -484,7 +485,7 @@ async def test_workers_over_a_process_engine_evaluate_every_retrieval(make_stub_
             assert pool.try_submit(r)
         await wait_for(lambda: len(log) == len(SAMPLES), timeout=20, what="every retrieval decided")
     finally:
-        await pool.aclose(5)
+        await shutdown(pool, 5)
         await engine.aclose()
     decided = {span_id: (decision, attrs) for span_id, decision, attrs in log}
     for i, score in enumerate(want):

@@ -8,6 +8,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
@@ -102,7 +103,7 @@ def make_ingest(rate: float, config: ConventionConfig | None = None) -> tuple[Ot
 
 async def run(ingest: OtlpIngest, request: ExportTraceServiceRequest) -> None:
     await ingest.ingest(request, receiver="otlp_http", raw=request.SerializeToString())
-    await ingest.stop()  # hands every buffered (sampled) trace to the sink
+    await shutdown(ingest, 0.0)  # hands every buffered (sampled) trace to the sink
 
 
 async def test_each_convention_is_counted_from_the_first_request() -> None:
@@ -220,5 +221,5 @@ async def test_real_sdk_export_counts_every_convention() -> None:
             await asyncio.sleep(0.02)
         assert sink.not_sampled_counts == {"sdk-app": 6}
     finally:
-        await receiver.stop()
-        await ingest.stop()
+        await shutdown(receiver, 1.0)
+        await shutdown(ingest, 0.0)

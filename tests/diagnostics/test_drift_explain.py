@@ -41,6 +41,7 @@ def drifting_service(seed: int, *, new_version: bool = False, change_at: int = 1
     logger.propagate = False
     logger.addHandler(Collect(records))
     sink = DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICED), metrics=metrics, drift=drift, logger=logger)
+    drift.on_alarm = sink.explainer
     metrics_sink = MetricsSink(metrics, drift)
     alarm_at = None
     bad_version = "v3" if new_version else "v2"

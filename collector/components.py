@@ -117,6 +117,13 @@ class Decisions(Protocol):
     def count(self, service: str, decision: Decision, n: int = 1) -> None: ...
 
 
+class ScoreCosts(Protocol):
+    """What each retrieval taken from the queue cost once scored or failed (scoring -> sampling,
+    a feedback link): the daily budget the gate keeps turns the reservation into spend."""
+
+    def settled(self, cost_usd: float) -> None: ...
+
+
 class ResultSink(Protocol):
     """Takes every retrieval's one decision, scored or not (sampling and scoring -> exporters).
     Must not block and must not raise."""

@@ -121,7 +121,6 @@ class Pipeline:
         # Every decision ends in the fan-out: results to the sinks, then counted, then the input released.
         self.fanout = ResultFanout(self.metrics)
         self.graph.add("fanout", self.fanout)
-        self.budget = DailyBudget(config.sampling.daily_budget_usd) if config.sampling.daily_budget_usd else None
         # With --redact-pii every scored outcome's text is redacted before any exporter sees it.
         scored_downstream: ResultSink = self.fanout
         if config.judge.redact_pii:
@@ -131,8 +130,7 @@ class Pipeline:
             scored_downstream = redaction
         scoring = config.scoring
         self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
-                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
-                                      budget=self.budget)
+                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics)
         self.graph.add("workers", self.workers)
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
@@ -149,13 +147,20 @@ class Pipeline:
         self.gate = RetrievalGate(
             sampler=self.sampler, queue=self.workers, decisions=self.fanout,
             throttle=score_throttle(sampling.max_scores_per_minute) if sampling.max_scores_per_minute else None,
-            budget=self.budget,
+            budget=DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None,
             rss_guard=(RssGuard(int(scoring.max_rss_mb * 1024 * 1024), probe=self._rss_bytes)
                        if scoring.max_rss_mb else None),
             recent=RecentKeys(sampling.duplicate_window_s))
         self.graph.add("gate", self.gate)
         self.graph.connect("gate", "workers", "ScoringQueue")
         self.graph.connect("gate", "fanout", "Decisions")
+        if self.gate.budget is not None:
+            workers = self.workers
+
+            def report_costs() -> None:
+                workers.costs = self.gate
+
+            self.graph.link("workers", "gate", "what each score cost, against the daily budget", wire=report_costs)
 
     def _add_results(self) -> None:
         """The result sinks, in the order the fan-out hands them each outcome."""

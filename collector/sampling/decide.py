@@ -37,7 +37,7 @@ Clock = Callable[[], float]
 
 
 class DailyBudget:
-    """A USD budget per UTC day. Spend is what finished scores cost; scores still in flight are
+    """A USD budget per UTC day, kept by the gate alone (scoring reports costs back to it). Spend is what finished scores cost; scores still in flight are
     reserved at the running average cost so that a burst cannot overshoot by a whole queue."""
 
     def __init__(self, usd_per_day: float, *, clock: Callable[[], float] = time.time) -> None:
@@ -162,6 +162,12 @@ class RetrievalGate(Stateless):
 
     async def finish(self, deadline: Deadline) -> None:
         self.closed = True
+
+    def settled(self, cost_usd: float) -> None:
+        """A retrieval this gate queued was scored (or failed) at `cost_usd` (`ScoreCosts`, told
+        by the scoring workers): its budget reservation becomes spend."""
+        if self.budget is not None:
+            self.budget.settle(cost_usd)
 
     def not_sampled(self, service: str, count: int) -> None:
         """Retrievals that the head decision dropped without reading them."""

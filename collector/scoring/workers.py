@@ -17,10 +17,9 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from ctxprec.collector.components import Deadline, ResultSink
+from ctxprec.collector.components import Deadline, ResultSink, ScoreCosts
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import SHUTDOWN, Decision, Outcome, Retrieval
-from ctxprec.collector.sampling.decide import DailyBudget
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
@@ -39,15 +38,16 @@ class ScoringWorkers:
         queue_size: int = 1000,
         workers: int = 8,
         metrics: Metrics | None = None,
-        budget: DailyBudget | None = None,
+        costs: ScoreCosts | None = None,
     ) -> None:
+        """`costs` is told what each score cost (the gate's daily budget), when there is one."""
         self.engine = engine
         self.downstream = downstream
         self.identity = identity
         self.queue_size = queue_size
         self.worker_count = workers
         self.metrics = metrics
-        self.budget = budget
+        self.costs = costs
         self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
         if metrics is not None:
             # Read at scrape time: setting it on every put and get cost more than the rest of a put.
@@ -112,8 +112,8 @@ class ScoringWorkers:
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
             document_ids=[documents.identity(c) for c in r.contexts])
-        if self.budget is not None:
-            self.budget.settle(result.usage.cost_usd)
+        if self.costs is not None:
+            self.costs.settled(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
 
     def _fail(self, r: Retrieval, error_type: str, message: str) -> None:
@@ -124,8 +124,8 @@ class ScoringWorkers:
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r))
-        if self.budget is not None:
-            self.budget.settle(0.0)
+        if self.costs is not None:
+            self.costs.settled(0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
 
     async def finish(self, deadline: Deadline) -> None:

@@ -1,6 +1,8 @@
 """Every retrieval reaching the gate ends in exactly one decision, counted once."""
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -198,3 +200,40 @@ def test_the_input_is_released_once_even_if_decided_twice() -> None:
     assert released == ["done"]
     assert [d for _, d, _ in log] == [Decision.EVALUATED, Decision.FAILED]  # both seen: the sinks decide
     assert sample_count(metrics, "svc", "evaluated") == 1
+
+
+class PricedEngine:
+    """The local judge, each score priced at `cost_usd` (as a paid model's usage would say)."""
+
+    def __init__(self, cost_usd: float) -> None:
+        self.inner = build_engine(JudgeConfig(model="local"))
+        self.cost_usd = cost_usd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def score(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.inner.score(*args, **kwargs)
+        return dataclasses.replace(result, usage=dataclasses.replace(result.usage, cost_usd=self.cost_usd))
+
+
+async def test_the_workers_report_each_score_s_cost_to_the_gate_s_budget() -> None:
+    metrics = Metrics()
+    engine = PricedEngine(0.02)
+    log: list[tuple[str, Decision, Any]] = []
+    fanout = ResultFanout(metrics, [DecisionLog(log, ScorerIdentity.of_engine(engine.inner))])
+    workers = ScoringWorkers(engine, downstream=fanout, identity=ScorerIdentity.of_engine(engine.inner), workers=1,
+                             metrics=metrics)
+    gate = RetrievalGate(sampler=Sampler(1.0), queue=workers, decisions=fanout, budget=DailyBudget(0.05))
+    workers.costs = gate  # the pipeline's "what each score cost" link
+    await workers.start()
+    for i in range(3):
+        gate.submit(retrieval(i, contexts=["[relevant] reset your password"]))
+        for _ in range(200):
+            if len(log) > i:
+                break
+            await asyncio.sleep(0.01)
+    # 0.04 spent after two; a third at the average cost would take the day to 0.06.
+    assert [d for _, d, _ in log] == [Decision.EVALUATED, Decision.EVALUATED, Decision.OVER_BUDGET]
+    assert gate.budget is not None and abs(gate.budget.spent - 0.04) < 1e-9
+    await shutdown(workers, 1.0)

@@ -35,17 +35,13 @@ from ctxprec.collector.assembly.conventions import (
 )
 from ctxprec.collector.assembly.documents import GENAI_OPERATION, OI_KIND
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import (
-    SpanRecord,
-    attributes_dict,
-    service_name,
-    span_record,
-)
+from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
-from ctxprec.collector.assembly.wire import resource_ranges
 from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
+from ctxprec.collector.otlp.values import attributes_dict, service_name
+from ctxprec.collector.otlp.wire import resource_ranges
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )

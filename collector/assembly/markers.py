@@ -47,7 +47,7 @@ from ctxprec.collector.assembly.documents import (
     OPENLLMETRY,
     TRACELOOP_OUTPUT,
 )
-from ctxprec.collector.assembly.wire import encode_varint
+from ctxprec.collector.otlp.wire import encode_varint
 
 _SPAN_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
 LOOK = "look"  # a marker that only says: decode these spans and match them one by one

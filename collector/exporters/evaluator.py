@@ -23,7 +23,6 @@ import logging
 import os
 from typing import Any
 
-from ctxprec.collector.assembly.spans import set_any_value
 from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.config import ExportConfig
@@ -36,6 +35,7 @@ from ctxprec.collector.exporters.otlp_sender import (
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome
+from ctxprec.collector.otlp.values import set_any_value
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.version import VERSION
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (

@@ -18,13 +18,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ctxprec.collector.assembly.spans import set_attributes
-from ctxprec.collector.assembly.wire import remove_spans
 from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.otlp_sender import OtlpSender
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import HeldSpan, Outcome
+from ctxprec.collector.otlp.values import set_attributes
+from ctxprec.collector.otlp.wire import remove_spans
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,

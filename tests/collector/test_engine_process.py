@@ -14,8 +14,8 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 import pytest
-from ctxprec.collector.components import shutdown
 from ctxprec.collector import config as config_module
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics

@@ -11,14 +11,14 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from ctxprec.collector.components import shutdown
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
 from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, PendingAck
+from ctxprec.collector.otlp.wire import remove_spans
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver

@@ -23,9 +23,9 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 import pytest
 from aiohttp import web
-from ctxprec.collector.components import shutdown
 from ctxprec.collector import config as config_module
 from ctxprec.collector import serve as serve_module
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.langfuse_scores import score_id
 from ctxprec.collector.exporters.sinks import build_sinks
 from ctxprec.collector.metrics.registry import Metrics

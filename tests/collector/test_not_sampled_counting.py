@@ -8,7 +8,6 @@ import json
 from collections import Counter
 from typing import Any
 
-from ctxprec.collector.components import shutdown
 from ctxprec.collector.assembly.conventions import (
     GENAI,
     OPENINFERENCE,
@@ -17,8 +16,10 @@ from ctxprec.collector.assembly.conventions import (
     Conventions,
 )
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.spans import service_name, span_record
+from ctxprec.collector.assembly.spans import span_record
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.values import service_name
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 from ctxprec.collector.sampling.sampler import Sampler

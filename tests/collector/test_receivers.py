@@ -14,10 +14,10 @@ import aiohttp
 import grpc
 import pytest
 import requests
-from ctxprec.collector.components import shutdown
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig

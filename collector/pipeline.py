@@ -51,7 +51,7 @@ from ctxprec.collector.sampling.decide import (
 )
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.identity import ScorerIdentity
-from ctxprec.collector.scoring.placement import EngineStage, make_engine
+from ctxprec.collector.scoring.placement import EngineStage, Placement, make_engine
 from ctxprec.collector.scoring.workers import ScoringWorkers
 from ctxprec.collector.service_graph import Readiness, ServiceGraph
 from ctxprec.collector.version import VERSION
@@ -113,7 +113,7 @@ class Pipeline:
         # Judge failures in the log: the first at once, then a count per minute.
         self.judge_failures = FailureLog(f"judge {config.judge.model or 'local'}", logging.getLogger("ctxprec.judge"))
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
-        self.engine = make_engine(config, Observers(JudgeMetricsObserver(self.metrics),
+        self.engine = make_engine(placement_of(config), Observers(JudgeMetricsObserver(self.metrics),
                                                     JudgeFailureLog(self.judge_failures)))
         self.identity = ScorerIdentity.of_engine(self.engine)
         self.graph.add("engine", EngineStage(self.engine),
@@ -417,6 +417,12 @@ class Pipeline:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def placement_of(config: ServeConfig) -> Placement:
+    """Where scoring runs is decided from these settings only."""
+    return Placement(judge=config.judge.judge_config(), scale=config.judge.scale, process=config.scoring.process,
+                     reads_kafka=config.kafka.enabled, log_level=config.log_level)
 
 
 def _as_is(text: str) -> str:

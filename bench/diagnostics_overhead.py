@@ -119,8 +119,9 @@ def _workers(diagnostics: bool) -> Any:
     from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
     from ctxprec.collector.diagnostics.sink import DiagnosticsSink
     from ctxprec.collector.exporters.fanout import ResultFanout
-    from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+    from ctxprec.collector.metrics.drift import DriftMonitor
     from ctxprec.collector.metrics.registry import Metrics
+    from ctxprec.collector.metrics.sink import MetricsSink
     from ctxprec.collector.scoring.identity import ScorerIdentity
     from ctxprec.collector.scoring.workers import ScoringWorkers
 

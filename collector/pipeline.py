@@ -32,7 +32,7 @@ from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.children import Children
-from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+from ctxprec.collector.metrics.drift import DriftMonitor
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import (
     JudgeFailureLog,
@@ -40,6 +40,7 @@ from ctxprec.collector.metrics.judge import (
     Observers,
 )
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.sink import MetricsSink
 from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.decide import (
     DailyBudget,

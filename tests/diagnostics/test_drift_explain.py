@@ -12,8 +12,9 @@ from ctxprec.collector.diagnostics.drift_explain import DriftExplainer, explain
 from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
 from ctxprec.collector.diagnostics.sink import DiagnosticsSink
 from ctxprec.collector.diagnostics.slices import OTHER, UNSET, SliceTracker
-from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+from ctxprec.collector.metrics.drift import DriftMonitor
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.sink import MetricsSink
 from tests.diagnostics.streams import Scored, outcome
 
 SLICED = ("index.version", "tenant.tier")

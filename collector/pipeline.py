@@ -333,19 +333,17 @@ class Pipeline:
         server = self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
                                                      security=config.security(), metrics_open=config.open)
         graph = self.graph
-        graph.add("metrics_server", server)
-        # It serves until every stage it reports on stopped.
+        # An extension: up once every stage started, answering until every stage stopped.
+        graph.add("metrics_server", server, extension=True)
         # The judge's check last: a failing input is the likelier thing to look at first.
         for stage in sorted(graph.stages.values(), key=lambda s: s.name == "engine"):
             if stage.ready is not None:
                 server.add_check(stage.ready.name, stage.ready.check)
-                graph.connect(stage.name, "metrics_server", "readiness")
         sink = self.diagnostics
         if sink is not None:
             server.add_json_route("/diagnostics/documents", sink.documents_json)
             server.add_json_route("/diagnostics/drift", sink.drift_json)
             server.add_json_route("/diagnostics/top_k", sink.top_k_json)
-            graph.connect("diagnostics", "metrics_server", "/diagnostics/*")
 
     # -- what the stages report --
 

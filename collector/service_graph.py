@@ -12,6 +12,9 @@ service graph does).
 - A **link** is a feedback path against the flow (drift -> adaptive sampling, results flushed
   before a Kafka commit, the ack travelling with a retrieval back to its input). Links are named
   so that the whole wiring reads in one place; they never order start or stop.
+- An **extension** (the metrics server, as in the Collector) is outside the flow: it starts after
+  every stage (its port answering means the sidecar is up) and stops after every stage (scrapes
+  and probes see the shutdown to its end).
 
 Start: consumers before producers (nothing is accepted before it can be handled). Stop, in two
 phases over the same order reversed: every stage `finish`es, producers before consumers and the
@@ -48,6 +51,7 @@ class Stage:
     component: Component
     ready: Readiness | None = None
     grace_s: float = 0.0
+    extension: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +78,17 @@ class ServiceGraph:
     # -- declaring --
 
     def add(self, name: str, component: Component, *, ready: Readiness | None = None,
-            grace_s: float = 0.0) -> None:
+            grace_s: float = 0.0, extension: bool = False) -> None:
         if name in self.stages:
             raise ValueError(f"stage {name!r} is declared twice")
-        self.stages[name] = Stage(name, component, ready, grace_s)
+        self.stages[name] = Stage(name, component, ready, grace_s, extension)
 
     def connect(self, source: str, target: str, seam: str) -> None:
         for name in (source, target):
             if name not in self.stages:
                 raise ValueError(f"edge {source} -> {target}: no stage {name!r}")
+            if self.stages[name].extension:
+                raise ValueError(f"edge {source} -> {target}: {name} is an extension, outside the flow")
         self.edges.append(Edge(source, target, seam))
 
     def link(self, source: str, target: str, what: str, wire: Callable[[], None] | None = None) -> None:
@@ -101,9 +107,11 @@ class ServiceGraph:
 
     def waves(self) -> list[list[Stage]]:
         """Stages by their longest distance from an input, inputs first (the stop order); within
-        a wave in declaration order. Raises ValueError on a cycle."""
-        into: dict[str, set[str]] = {name: set() for name in self.stages}
-        out: dict[str, list[str]] = {name: [] for name in self.stages}
+        a wave in declaration order; the extensions last, as a wave of their own. Raises
+        ValueError on a cycle."""
+        flow = {name: stage for name, stage in self.stages.items() if not stage.extension}
+        into: dict[str, set[str]] = {name: set() for name in flow}
+        out: dict[str, list[str]] = {name: [] for name in flow}
         for edge in self.edges:
             if edge.source not in into[edge.target]:
                 into[edge.target].add(edge.source)
@@ -120,15 +128,19 @@ class ServiceGraph:
                 waiting[target] -= 1
                 if waiting[target] == 0:
                     ready.append(target)
-        if len(depth) < len(self.stages):
-            raise ValueError(f"the pipeline's edges form a cycle through {sorted(set(self.stages) - set(depth))}")
+        if len(depth) < len(flow):
+            raise ValueError(f"the pipeline's edges form a cycle through {sorted(set(flow) - set(depth))}")
         waves: list[list[Stage]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
-        for name, stage in self.stages.items():
+        for name, stage in flow.items():
             waves[depth[name]].append(stage)
-        return waves
+        extensions = [stage for stage in self.stages.values() if stage.extension]
+        return waves + ([extensions] if extensions else [])
 
     def start_order(self) -> list[Stage]:
-        return [stage for wave in reversed(self.waves()) for stage in wave]
+        """Consumers before producers, then the extensions."""
+        waves = self.waves()
+        flow = waves[:-1] if waves and waves[-1][0].extension else waves
+        return [stage for wave in reversed(flow) for stage in wave] + [s for s in self.stages.values() if s.extension]
 
     def readiness(self) -> list[Readiness]:
         return [stage.ready for stage in self.stages.values() if stage.ready is not None]

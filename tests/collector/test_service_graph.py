@@ -128,14 +128,17 @@ def test_the_sidecar_graph_orders_what_shutdown_needs() -> None:
                           "--redact-pii")
     pipeline = Pipeline(config)
     wave = _wave_of(pipeline)
+    stages = pipeline.graph.stages
     # Inputs finish first, then assembly, the gate, scoring, the redaction and the fan-out in turn.
     assert wave["otlp_grpc"] == wave["otlp_http"] == wave["kafka"] == 0
     assert wave["ingest"] < wave["gate"] < wave["workers"] < wave["redaction"] < wave["fanout"]
     assert wave["workers"] < wave["engine"]  # the judge client outlives the workers using it
     # The exporters flush after every decision was made; the span forwarder before the sinks.
     assert wave["fanout"] < wave["kafka_results"] == wave["span_writeback"] < wave["sink_phoenix"]
-    assert wave["metrics_server"] == max(wave.values())  # it answers until the end
-    stages = pipeline.graph.stages
+    # An extension: started after every stage (its port answering means the sidecar is up), stopped
+    # after every stage (it answers until the end).
+    assert wave["metrics_server"] == max(wave.values()) and pipeline.graph.waves()[-1] == [stages["metrics_server"]]
+    assert pipeline.graph.start_order()[-1].name == "metrics_server"
     assert stages["span_writeback"].grace_s == stages["sink_phoenix"].grace_s == 1.0
     # The fan-out's sinks are the graph's ResultSink edges out of it, in declaration order.
     fed = [e.target for e in pipeline.graph.edges if e.source == "fanout"]

@@ -119,8 +119,9 @@ def _workers(diagnostics: bool) -> Any:
     from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
     from ctxprec.collector.diagnostics.sink import DiagnosticsSink
     from ctxprec.collector.exporters.fanout import ResultFanout
-    from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+    from ctxprec.collector.metrics.drift import DriftMonitor
     from ctxprec.collector.metrics.registry import Metrics
+    from ctxprec.collector.metrics.sink import MetricsSink
     from ctxprec.collector.scoring.identity import ScorerIdentity
     from ctxprec.collector.scoring.workers import ScoringWorkers
 
@@ -128,7 +129,9 @@ def _workers(diagnostics: bool) -> Any:
     drift = DriftMonitor(metrics)
     fanout = ResultFanout(metrics, [MetricsSink(metrics, drift)])
     if diagnostics:
-        fanout.add(DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift))
+        sink = DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICE_ATTRIBUTES), metrics=metrics, drift=drift)
+        drift.on_alarm = sink.explainer
+        fanout.add(sink)
     engine = _Engine()
     return ScoringWorkers(engine, downstream=fanout, identity=ScorerIdentity.of_engine(engine), metrics=metrics)
 

@@ -239,6 +239,7 @@ def bare_parse_rate_fresh(n_requests: int, traces_per_request: int, seed: int, r
 
 async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url: str) -> dict[str, Any]:
     from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+    from ctxprec.collector.components import shutdown
     from ctxprec.collector.metrics.registry import Metrics
     from ctxprec.collector.receivers.otlp_decode import decode_with_raw
     from ctxprec.collector.sampling.sampler import Sampler
@@ -266,8 +267,8 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
             await asyncio.sleep(0.001)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
-        await ingest.stop()
-        await writeback.stop(timeout_s=1.0)
+        await shutdown(ingest, 0.0)
+        await shutdown(writeback, 1.0)
         rates.append(spans / max(cpu, 1e-9))
         wall_rates.append(spans / elapsed)
         dropped = sum(s.value for m in metrics.export_dropped.collect() for s in m.samples

@@ -176,6 +176,7 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
     outcomes (5 judged contexts each) are emitted to a Phoenix sink, and the process CPU from the
     first emit until the last annotation is written is divided by the scores."""
     import aiohttp
+    from ctxprec.collector.components import shutdown
     from ctxprec.collector.exporters.config import ExportConfig
     from ctxprec.collector.exporters.sinks import build_sinks
     from ctxprec.collector.metrics.registry import Metrics
@@ -234,7 +235,7 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
         await asyncio.sleep(0.2)
     cpu = time.process_time() - began
     wall = time.monotonic() - began_wall
-    await sink.stop(1.0)
+    await shutdown(sink, 1.0)
     sent = metrics.registry.get_sample_value("ctxprec_exported_spans_total", {"exporter": "phoenix", "outcome": "ok"})
     return {"scores": len(outcomes), "sent": int(sent or 0), "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
             "cpu_ms_per_score": round(cpu / len(outcomes) * 1000, 4)}

@@ -10,6 +10,14 @@ from typing import Any, Callable, Protocol
 from ctxprec.scorer.result import ScoreResult
 
 
+# The error type of a retrieval that shutdown cut short: decided `failed`, its input not
+# acknowledged (a Kafka message is read again after a restart and scored then).
+SHUTDOWN = "shutdown"
+# The convention of a retrieval read from a RAG event: no span came before it, so the head
+# sampling decision for its trace is taken when sampling first sees it.
+RAG_EVENT = "rag_event"
+
+
 class Decision(str, enum.Enum):
     """Every retrieval ends in exactly one of these (`ctxprec_samples_total{decision}`)."""
 
@@ -51,7 +59,7 @@ class Retrieval:
     attributes: dict[str, Any] = field(default_factory=dict)
     end_time_unix_nano: int = 0  # when the retrieval ended (for score delay); 0 if unknown
     # A built-in convention (openinference, genai, openllmetry, mastra), mapping, the name of a
-    # conventions.mappings entry, or rag_event.
+    # conventions.mappings entry, or RAG_EVENT.
     convention: str = ""
     # Where `output` came from: llm_span | chain_output | event | none (ctxprec.answer_source).
     answer_source: str = "none"
@@ -99,6 +107,11 @@ class Outcome:
     def scored(self) -> bool:
         """Evaluated or failed: the judge was asked, there is a record to write."""
         return self.record is not None
+
+    @property
+    def cut_short(self) -> bool:
+        """Decided `failed` because the sidecar shut down: the input stays unacknowledged."""
+        return self.decision is Decision.FAILED and self.error is not None and self.error[0] == SHUTDOWN
 
 
 class Countdown:

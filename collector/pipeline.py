@@ -1,36 +1,38 @@
-"""Wires the sidecar, in the shape of an OpenTelemetry Collector pipeline. This is the only place
-that connects the stages (collector/components.py names the seams); data flows one way:
+"""The composition root: builds every stage from its settings and declares the pipeline as a
+service graph (service_graph.py), in the shape of an OpenTelemetry Collector pipeline. This is
+the only place that connects stages (collector/components.py declares the seams):
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
-    -> scoring (ScoringWorkers) -> ResultFanout -> result sinks (metrics and drift, diagnostics,
-                                                   span write-back, evaluator spans, Kafka results,
-                                                   Phoenix and Langfuse, ...)
-    drift monitor -> adaptive sampler (a service's rate rises while a drift is suspected)
-    diagnostics -> /diagnostics/* on the metrics port, and the Kafka diagnostics topic
+    -> scoring (ScoringWorkers, over the engine) -> [redaction] -> ResultFanout
+    -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
+       spans, Kafka results, Phoenix and Langfuse, ...)
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
 
-`Pipeline` owns start and stop order. Stopping is graceful: inputs close first (Kafka only stops
-fetching), buffered traces are handed to scoring, scoring drains until the shutdown deadline,
-Kafka commits everything scored (then leaves its group), what is still running is cancelled and
-decided failed/shutdown, and only then do the exporters flush and close, so every retrieval taken
-in gets its decision. Start-up does the judge client's one-time work (`engine.warm_up`), so that
-the first scores do not pay for it.
+and the feedback links, named in the graph: drift -> adaptive sampling (a service's rate rises
+while a drift is suspected), diagnostics -> the drift alarm (its explainer), Kafka results ->
+the Kafka receiver (records flushed before each commit), the ack travelling with each Kafka
+retrieval to the fan-out, which releases it.
+
+Start and stop order come from the graph: consumers start before producers; on stop every stage
+finishes (inputs close first, buffered traces go to scoring, scoring drains until the shutdown
+deadline and decides what is left `failed`/`shutdown`, exporters flush, the span forwarder before
+the result sinks), then every stage closes (Kafka commits everything decided and leaves its
+group). So every retrieval taken in gets its decision. Adding an exporter: its module, built here
+by one `_add_exporter` call (a stage and its edge from the fan-out).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from ctxprec.collector.components import ResultSink
+from ctxprec.collector.components import Deadline, ResultSink
 from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.children import Children
-from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+from ctxprec.collector.metrics.drift import DriftMonitor
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
 from ctxprec.collector.metrics.judge import (
     JudgeFailureLog,
@@ -38,6 +40,8 @@ from ctxprec.collector.metrics.judge import (
     Observers,
 )
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.sink import MetricsSink
+from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.decide import (
     DailyBudget,
     RecentKeys,
@@ -46,16 +50,35 @@ from ctxprec.collector.sampling.decide import (
     current_rss_bytes,
     score_throttle,
 )
-from ctxprec.collector.sampling.adaptive import AdaptiveSampler, AdaptiveSettings
 from ctxprec.collector.sampling.sampler import Sampler
 from ctxprec.collector.scoring.identity import ScorerIdentity
-from ctxprec.collector.scoring.placement import make_engine
+from ctxprec.collector.scoring.placement import EngineStage, Placement, make_engine
 from ctxprec.collector.scoring.workers import ScoringWorkers
+from ctxprec.collector.service_graph import Readiness, ServiceGraph
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
 from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
 
+if TYPE_CHECKING:  # built only when configured, so imported where they are built
+    from ctxprec.collector.assembly.ingest import OtlpIngest
+    from ctxprec.collector.diagnostics.sink import DiagnosticsSink
+    from ctxprec.collector.exporters.evaluator import EvaluatorExporter
+    from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
+    from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
+    from ctxprec.collector.exporters.sinks import BackendSink
+    from ctxprec.collector.exporters.span_writeback import SpanWriteBack
+    from ctxprec.collector.receivers.kafka import KafkaReceiver
+    from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
+    from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
+
 log = logging.getLogger(__name__)
+
+# How long past the shutdown deadline an exporter may take to send what the last decisions gave
+# it: the span forwarder and the result sinks a moment; the Kafka producers and the evaluator
+# spans their own allowance (they were given these before the deadline was shared).
+FORWARD_GRACE_S = 1.0
+KAFKA_RESULTS_GRACE_S = 10.0
+EXPORTER_GRACE_S = 5.0
 
 
 class Pipeline:
@@ -63,13 +86,60 @@ class Pipeline:
         self.config = config
         self.metrics = metrics or Metrics(max_services=config.metrics.max_services,
                                           max_retrievers=config.metrics.max_retrievers, version=VERSION)
+        self.graph = ServiceGraph()
+        self.writeback: SpanWriteBack | None = None
+        self.evaluator: EvaluatorExporter | None = None
+        self.diagnostics: DiagnosticsSink | None = None
+        self.sinks: list[BackendSink] = []
+        self.receivers: list[OtlpGrpcReceiver | OtlpHttpReceiver] = []
+        self.kafka_receiver: KafkaReceiver | None = None
+        self.kafka_results: KafkaResultsExporter | None = None
+        self.kafka_diagnostics: KafkaDiagnosticsExporter | None = None
+        self.metrics_server: MetricsServer | None = None
+        self._add_scoring()
+        self._add_sampling()
+        self._add_results()
+        self.ingest: OtlpIngest = self._add_ingest()
+        self._add_receivers()
+        self._add_kafka()
+        self._add_metrics_server()
+        local = self.engine.model == "local"
+        self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
+                                   judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
+                                   fallback_reasons=FALLBACK_REASONS if local else ())
+        self.graph.waves()  # a cycle is a wiring mistake: fail at construction, not at shutdown
+
+    # -- the stages, from the judge back to the inputs --
+
+    def _add_scoring(self) -> None:
+        config = self.config
         # Judge failures in the log: the first at once, then a count per minute.
         self.judge_failures = FailureLog(f"judge {config.judge.model or 'local'}", logging.getLogger("ctxprec.judge"))
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
-        self.engine = make_engine(config, Observers(JudgeMetricsObserver(self.metrics),
+        self.engine = make_engine(placement_of(config), Observers(JudgeMetricsObserver(self.metrics),
                                                     JudgeFailureLog(self.judge_failures)))
         self.identity = ScorerIdentity.of_engine(self.engine)
-        sampling, scoring = config.sampling, config.scoring
+        self.graph.add("engine", EngineStage(self.engine),
+                       ready=Readiness("judge", JudgeReachable(self.engine.model, config.judge.api_base)))
+        # Every decision ends in the fan-out: results to the sinks, then counted, then the input released.
+        self.fanout = ResultFanout(self.metrics)
+        self.graph.add("fanout", self.fanout)
+        # With --redact-pii every scored outcome's text is redacted before any exporter sees it.
+        scored_downstream: ResultSink = self.fanout
+        if config.judge.redact_pii:
+            redaction = RedactingSink(self.fanout)
+            self.graph.add("redaction", redaction)
+            self.graph.connect("redaction", "fanout", "ResultSink")
+            scored_downstream = redaction
+        scoring = config.scoring
+        self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
+                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics)
+        self.graph.add("workers", self.workers)
+        self.graph.connect("workers", "engine", "scores with")
+        self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
+
+    def _add_sampling(self) -> None:
+        sampling, scoring = self.config.sampling, self.config.scoring
         # Always the adaptive wrapper: switched off it never boosts, and it still publishes each
         # service's rate to `ctxprec_sample_rate`. Keyed by the capped service label, as the drift
         # monitor is, so that the monitor's observer finds the service it boosts.
@@ -77,58 +147,207 @@ class Pipeline:
                                        AdaptiveSettings.of(sampling), key=self.metrics.service)
         sample_rate = Children(self.metrics.sample_rate)
         self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
-        # Every decision ends here: results to the sinks, then counted, then the input released.
-        self.fanout = ResultFanout(self.metrics)
-        self.budget = DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None
-        self.drift = DriftMonitor(self.metrics, config.drift)
-        self.drift.observers.append(self.sampler.observe)
-        self.fanout.add(MetricsSink(self.metrics, self.drift))
-        self.diagnostics: Any = None  # diagnostics.sink.DiagnosticsSink, after the MetricsSink
-        self._build_diagnostics()
-        # One line a minute in the log: what came in, what was scored, the mean score per service.
-        self.activity = ActivityLog(self._spans_received)
-        self.fanout.add(self.activity)
-        self.activity_interval_s = 60.0
-        self._minute_task: asyncio.Task[None] | None = None
-        # With --redact-pii every scored outcome's text is redacted before any exporter sees it.
-        scored_downstream: ResultSink = RedactingSink(self.fanout) if config.judge.redact_pii else self.fanout
-        self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
-                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
-                                      budget=self.budget)
         self.gate = RetrievalGate(
             sampler=self.sampler, queue=self.workers, decisions=self.fanout,
             throttle=score_throttle(sampling.max_scores_per_minute) if sampling.max_scores_per_minute else None,
-            budget=self.budget,
+            budget=DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None,
             rss_guard=(RssGuard(int(scoring.max_rss_mb * 1024 * 1024), probe=self._rss_bytes)
                        if scoring.max_rss_mb else None),
             recent=RecentKeys(sampling.duplicate_window_s))
+        self.graph.add("gate", self.gate)
+        self.graph.connect("gate", "workers", "ScoringQueue")
+        self.graph.connect("gate", "fanout", "Decisions")
+        if self.gate.budget is not None:
+            workers = self.workers
 
-        self.writeback: Any = None  # span mode: exporters.span_writeback.SpanWriteBack
-        self.evaluator: Any = None  # evaluator mode: exporters.evaluator.EvaluatorExporter
-        self._build_write_back()
-        # `--sink`: scores into backends' own stores (Phoenix annotations, Langfuse scores).
-        self.sinks: list[Any] = self._build_sinks()
-        self.ingest = self._build_ingest()
-        self.receivers: list[Any] = self._build_otlp_receivers()
-        # Kafka: an optional receiver and its results producer (another ResultSink).
-        self.kafka_receiver: Any = None
-        self.kafka_results: Any = None
-        self.kafka_diagnostics: Any = None  # exporters.kafka_diagnostics.KafkaDiagnosticsExporter
-        self._build_kafka()
-        local = self.engine.model == "local"
-        self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
-                                   judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
-                                   fallback_reasons=FALLBACK_REASONS if local else ())
-        self.metrics_server: MetricsServer | None = None
-        if config.metrics.listen is not None:
-            host, port = config.metrics.listen
-            self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
-                                                security=config.metrics.security(), metrics_open=config.metrics.open)
-            self._add_ready_checks(self.metrics_server)
-            self._add_diagnostics_routes(self.metrics_server)
-        self._started = False
+            def report_costs() -> None:
+                workers.costs = self.gate
 
-    # -- assembly of the parts --
+            self.graph.link("workers", "gate", "what each score cost, against the daily budget", wire=report_costs)
+
+    def _add_results(self) -> None:
+        """The result sinks, in the order the fan-out hands them each outcome."""
+        graph = self.graph
+        self.drift = DriftMonitor(self.metrics, self.config.drift)
+        self._add_exporter("metrics", MetricsSink(self.metrics, self.drift))
+        graph.add("drift", self.drift)
+        graph.connect("metrics", "drift", "scores")
+        graph.link("drift", "gate", "a service's sample rate rises while its drift is suspected",
+                   wire=lambda: self.drift.observers.append(self.sampler.observe))
+        self._add_diagnostics()
+        # One line a minute in the log: what came in, what was scored, the mean score per service.
+        self.activity = ActivityLog(self._spans_received, failure_logs=self.failure_logs)
+        self._add_exporter("activity", self.activity)
+        self._add_write_back()
+        self._add_backend_sinks()
+
+    def _add_exporter(self, name: str, sink: ResultSink, *, grace_s: float = 0.0) -> None:
+        """An exporter: a stage fed by the fan-out (`sink` must also be a Component)."""
+        self.graph.add(name, sink, grace_s=grace_s)  # type: ignore[arg-type]
+        self.graph.connect("fanout", name, "ResultSink")
+        self.fanout.add(sink)
+
+    def add_sink(self, sink: ResultSink) -> None:
+        """Extra result sinks (e.g. an embedding app's own); they get every retrieval's outcome.
+        They have no lifecycle here: whoever adds one starts and stops it."""
+        self.fanout.add(sink)
+
+    def _add_diagnostics(self) -> None:
+        config = self.config.diagnostics
+        if not config.enabled:
+            return
+        from ctxprec.collector.diagnostics.sink import DiagnosticsSink
+
+        settings = config.settings(max_services=self.config.metrics.max_services,
+                                   max_retrievers=self.config.metrics.max_retrievers)
+        sink = self.diagnostics = DiagnosticsSink(settings, metrics=self.metrics, drift=self.drift,
+                                                  redact=self._preview_redaction())
+        self._add_exporter("diagnostics", sink)
+
+        def hook_alarm() -> None:
+            self.drift.on_alarm = sink.explainer
+
+        self.graph.link("diagnostics", "drift", "the drift explainer names what is behind a rising alarm",
+                        wire=hook_alarm)
+
+    def _preview_redaction(self) -> Callable[[str], str] | None:
+        """Text previews of noisy documents leave the process: not at all unless previews are on;
+        with --redact-pii through the same redaction as the judge's prompts (the RedactingSink in
+        front of the fan-out already applied it to the contexts; redacting is idempotent, and
+        this keeps previews safe whatever feeds the sink); as they are otherwise."""
+        if not self.config.diagnostics.previews:
+            return None
+        return redact_text if self.config.judge.redact_pii else _as_is
+
+    def _add_write_back(self) -> None:
+        export = self.config.export
+        if export.forward_to is None:
+            return
+        if self.config.write_back == "span":
+            from ctxprec.collector.exporters.otlp_sender import (
+                OtlpSender,
+                SenderSettings,
+            )
+            from ctxprec.collector.exporters.span_writeback import SpanWriteBack
+
+            sender = OtlpSender(SenderSettings.of(export), metrics=self.metrics)
+            self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=export.threshold,
+                                           hold_deadline_s=export.hold_deadline_s)
+            self._add_exporter("span_writeback", self.writeback, grace_s=FORWARD_GRACE_S)
+        else:
+            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
+
+            self.evaluator = EvaluatorExporter(export, self.identity, metrics=self.metrics, version=VERSION)
+            self._add_exporter("evaluator", self.evaluator, grace_s=EXPORTER_GRACE_S)
+
+    def _add_backend_sinks(self) -> None:
+        """`--sink`: scores into backends' own stores (Phoenix annotations, Langfuse scores)."""
+        if not self.config.export.sinks:
+            return
+        from ctxprec.collector.exporters.sinks import build_sinks
+
+        self.sinks = build_sinks(self.config.export, self.identity, self.metrics)
+        for sink in self.sinks:
+            name = f"sink_{sink.name}"
+            self._add_exporter(name, sink, grace_s=FORWARD_GRACE_S)
+            if self.writeback is not None:
+                # Side by side with each other, after the forwarded spans: an annotation needs its
+                # span stored in the backend first.
+                self.graph.connect("span_writeback", name, "its span is forwarded before its annotation")
+
+    def _add_ingest(self) -> OtlpIngest:
+        from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+
+        settings = IngestSettings(conventions=self.config.conventions, buffer=self.config.assembly)
+        ingest = OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
+                            settings=settings, passthrough=self.writeback)
+        self.graph.add("ingest", ingest)
+        self.graph.connect("ingest", "gate", "RetrievalSink")
+        if self.writeback is not None:
+            self.graph.connect("ingest", "span_writeback", "SpanPassThrough")
+        return ingest
+
+    def _add_receivers(self) -> None:
+        config = self.config.receivers
+        if config.otlp_grpc is not None:
+            from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
+
+            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config))
+        if config.otlp_http is not None:
+            from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
+
+            self._add_receiver("otlp_http", OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config))
+
+    def _add_receiver(self, name: str, receiver: OtlpGrpcReceiver | OtlpHttpReceiver) -> None:
+        async def listening() -> bool:
+            return receiver.listening
+
+        self.receivers.append(receiver)
+        self.graph.add(name, receiver, ready=Readiness(type(receiver).__name__, listening))
+        self.graph.connect(name, "ingest", "TraceConsumer")
+
+    def _add_kafka(self) -> None:
+        kafka = self.config.kafka
+        if not kafka.enabled:
+            return
+        kafka = kafka.with_queue_size(self.config.scoring.queue_size)
+        from ctxprec.collector.receivers.kafka import KafkaReceiver
+
+        graph = self.graph
+        if kafka.results_topic:
+            from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
+
+            self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
+            self._add_exporter("kafka_results", self.kafka_results, grace_s=KAFKA_RESULTS_GRACE_S)
+        if kafka.diagnostics_topic:
+            if self.diagnostics is None:
+                raise ValueError("kafka.diagnostics_topic needs the diagnostics on (--diagnostics on)")
+            from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
+
+            sink = self.diagnostics
+            self.kafka_diagnostics = KafkaDiagnosticsExporter(kafka, lambda: sink.documents_json({}).body,
+                                                              self.metrics)
+            # After scoring finished: its last round counts every score.
+            graph.add("kafka_diagnostics", self.kafka_diagnostics, grace_s=EXPORTER_GRACE_S)
+            graph.connect("diagnostics", "kafka_diagnostics", "noisy-document summaries")
+        # rag_event: retrievals straight to the gate, whose sampler the byte peek asks.
+        rag_event = kafka.format == "rag_event"
+        receiver = self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics,
+                                                       ingest=None if rag_event else self.ingest,
+                                                       sampler=self.sampler)
+
+        async def ready() -> bool:
+            return receiver.ready
+
+        graph.add("kafka", receiver, ready=Readiness("kafka", ready))
+        graph.connect("kafka", "gate" if rag_event else "ingest", "RetrievalSink" if rag_event else "TraceConsumer")
+        graph.link("kafka", "fanout", "each retrieval carries its message's ack; the fan-out releases it")
+        results = self.kafka_results
+        if results is not None:
+            graph.link("kafka_results", "kafka", "score records are flushed before each commit",
+                       wire=lambda: receiver.commit_after(results.flush))
+
+    def _add_metrics_server(self) -> None:
+        config = self.config.metrics
+        if config.listen is None:
+            return
+        host, port = config.listen
+        server = self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
+                                                     security=config.security(), metrics_open=config.open)
+        graph = self.graph
+        # An extension: up once every stage started, answering until every stage stopped.
+        graph.add("metrics_server", server, extension=True)
+        # The judge's check last: a failing input is the likelier thing to look at first.
+        for stage in sorted(graph.stages.values(), key=lambda s: s.name == "engine"):
+            if stage.ready is not None:
+                server.add_check(stage.ready.name, stage.ready.check)
+        sink = self.diagnostics
+        if sink is not None:
+            server.add_json_route("/diagnostics/documents", sink.documents_json)
+            server.add_json_route("/diagnostics/drift", sink.drift_json)
+            server.add_json_route("/diagnostics/top_k", sink.top_k_json)
+
+    # -- what the stages report --
 
     def _receiver_names(self) -> list[str]:
         r = self.config.receivers
@@ -147,20 +366,13 @@ class Pipeline:
             logs.extend(self.evaluator.failure_logs())
         return logs
 
-    async def _every_minute(self) -> None:
-        last = time.monotonic()
-        while True:
-            # Short naps, so that a changed interval (tests) takes effect at once.
-            await asyncio.sleep(min(1.0, self.activity_interval_s))
-            if time.monotonic() - last < self.activity_interval_s:
-                continue
-            last = time.monotonic()
-            try:
-                self.activity.tick()
-                for failures in self.failure_logs():
-                    failures.flush()
-            except Exception:  # the log lines must never stop the sidecar
-                log.exception("writing the activity summary failed")
+    @property
+    def activity_interval_s(self) -> float:
+        return self.activity.interval_s
+
+    @activity_interval_s.setter
+    def activity_interval_s(self, seconds: float) -> None:
+        self.activity.interval_s = seconds
 
     async def check_judge(self) -> bool:
         """Whether the judge answers a connection now; a WARNING says so when it does not, so that
@@ -176,135 +388,6 @@ class Pipeline:
         child = getattr(self.engine, "rss_bytes", None)
         return current_rss_bytes() + (child() if child is not None else 0)
 
-    def add_sink(self, sink: ResultSink) -> None:
-        """Extra result sinks (e.g. an embedding app's own); they get every retrieval's outcome."""
-        self.fanout.add(sink)
-
-    def _build_diagnostics(self) -> None:
-        config = self.config.diagnostics
-        if not config.enabled:
-            return
-        from ctxprec.collector.diagnostics.sink import DiagnosticsSink
-
-        settings = config.settings(max_services=self.config.metrics.max_services,
-                                   max_retrievers=self.config.metrics.max_retrievers)
-        # The sink hooks its drift explainer into the monitor (`drift.on_alarm`).
-        self.diagnostics = DiagnosticsSink(settings, metrics=self.metrics, drift=self.drift,
-                                           redact=self._preview_redaction())
-        self.add_sink(self.diagnostics)
-
-    def _preview_redaction(self) -> Callable[[str], str] | None:
-        """Text previews of noisy documents leave the process: not at all unless previews are on;
-        with --redact-pii through the same redaction as the judge's prompts (the RedactingSink in
-        front of the fan-out already applied it to the contexts; redacting is idempotent, and
-        this keeps previews safe whatever feeds the sink); as they are otherwise."""
-        if not self.config.diagnostics.previews:
-            return None
-        return redact_text if self.config.judge.redact_pii else _as_is
-
-    def _add_diagnostics_routes(self, server: MetricsServer) -> None:
-        sink = self.diagnostics
-        if sink is None:
-            return
-        server.add_json_route("/diagnostics/documents", sink.documents_json)
-        server.add_json_route("/diagnostics/drift", sink.drift_json)
-        server.add_json_route("/diagnostics/top_k", sink.top_k_json)
-
-    def _build_write_back(self) -> None:
-        export = self.config.export
-        if export.forward_to is None:
-            return
-        if self.config.write_back == "span":
-            from ctxprec.collector.exporters.otlp_sender import (
-                OtlpSender,
-                SenderSettings,
-            )
-            from ctxprec.collector.exporters.span_writeback import SpanWriteBack
-
-            sender = OtlpSender(SenderSettings.of(export), metrics=self.metrics)
-            self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=export.threshold,
-                                           hold_deadline_s=export.hold_deadline_s)
-            self.add_sink(self.writeback)
-        else:
-            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
-
-            self.evaluator = EvaluatorExporter(export, self.identity, metrics=self.metrics, version=VERSION)
-            self.add_sink(self.evaluator)
-
-    def _build_sinks(self) -> list[Any]:
-        if not self.config.export.sinks:
-            return []
-        from ctxprec.collector.exporters.sinks import build_sinks
-
-        sinks = build_sinks(self.config.export, self.identity, self.metrics)
-        for sink in sinks:
-            self.add_sink(sink)
-        return sinks
-
-    def _build_ingest(self) -> Any:
-        from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-
-        settings = IngestSettings(conventions=self.config.conventions, buffer=self.config.assembly)
-        return OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
-                          settings=settings, passthrough=self.writeback)
-
-    def _build_otlp_receivers(self) -> list[Any]:
-        config = self.config.receivers
-        receivers: list[Any] = []
-        if config.otlp_grpc is not None:
-            from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
-
-            receivers.append(OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config))
-        if config.otlp_http is not None:
-            from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
-
-            receivers.append(OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config))
-        return receivers
-
-    def _build_kafka(self) -> None:
-        kafka = self.config.kafka
-        if not kafka.enabled:
-            return
-        kafka = kafka.with_queue_size(self.config.scoring.queue_size)
-        from ctxprec.collector.receivers.kafka import KafkaReceiver
-
-        barrier = None
-        if kafka.results_topic:
-            from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
-
-            self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
-            self.add_sink(self.kafka_results)
-            barrier = self.kafka_results.flush
-        if kafka.diagnostics_topic:
-            if self.diagnostics is None:
-                raise ValueError("kafka.diagnostics_topic needs the diagnostics on (--diagnostics on)")
-            from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
-
-            sink = self.diagnostics
-            self.kafka_diagnostics = KafkaDiagnosticsExporter(kafka, lambda: sink.documents_json({}).body,
-                                                              self.metrics)
-        ingest = None if kafka.format == "rag_event" else self.ingest
-        # rag_event: the receiver makes the head sampling decision itself, with the gate's sampler.
-        self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics, ingest=ingest,
-                                            commit_barrier=barrier, sampler=self.sampler)
-
-    def _add_ready_checks(self, server: MetricsServer) -> None:
-        for receiver in self.receivers:
-            name = type(receiver).__name__
-
-            async def listening(r: Any = receiver) -> bool:
-                return bool(r.listening)
-
-            server.add_check(name, listening)
-        if self.kafka_receiver is not None:
-            async def kafka_ready() -> bool:
-                return bool(self.kafka_receiver.ready)
-
-            server.add_check("kafka", kafka_ready)
-        server.add_check("judge", JudgeReachable(self.engine.model, self.config.judge.api_base))
-
-    # -- lifecycle --
-
     @property
     def otlp_grpc_port(self) -> int | None:
         return next((r.port for r in self.receivers if type(r).__name__ == "OtlpGrpcReceiver"), None)
@@ -317,82 +400,17 @@ class Pipeline:
     def metrics_url(self) -> str | None:
         return self.metrics_server.url if self.metrics_server is not None else None
 
+    # -- lifecycle --
+
     async def start(self) -> None:
-        """Exporters and scoring first, inputs last: nothing is accepted before it can be handled."""
-        try:
-            await self.engine.warm_up()
-            await self.workers.start()
-            if self.writeback is not None:
-                await self.writeback.start()
-            if self.evaluator is not None:
-                await self.evaluator.start()
-            if self.kafka_results is not None:
-                await self.kafka_results.start()
-            if self.kafka_diagnostics is not None:
-                await self.kafka_diagnostics.start()
-            for sink in self.sinks:
-                await sink.start()
-            await self.ingest.start()
-            for receiver in self.receivers:
-                await receiver.start()
-            if self.kafka_receiver is not None:
-                await self.kafka_receiver.start()
-            if self.metrics_server is not None:
-                await self.metrics_server.start()
-            self._minute_task = asyncio.create_task(self._every_minute(), name="ctxprec-minute")
-        except BaseException:
-            await self.stop()
-            raise
-        self._started = True
+        """In the graph's start order (consumers first: nothing is accepted before it can be
+        handled); the engine's start does the judge client's one-time work, so that the first
+        scores do not pay for it."""
+        await self.graph.start()
 
     async def stop(self) -> None:
-        if self._minute_task is not None:
-            self._minute_task.cancel()
-            await asyncio.gather(self._minute_task, return_exceptions=True)
-            self._minute_task = None
-        timeout = self.config.scoring.shutdown_timeout_s
-        deadline = time.monotonic() + timeout
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
-        for receiver in self.receivers:
-            await _quietly(receiver.stop(), f"stopping {type(receiver).__name__}")
-        kafka = self.kafka_receiver
-        if kafka is not None:  # stop fetching; it keeps its group (and commits) until scoring drained
-            await _quietly(kafka.stop_reading(), "stopping the Kafka read loop")
-        # Buffered traces go to scoring now. The workers get the deadline: what they cannot finish
-        # is decided failed/shutdown, which releases its held span with `error.type` attached.
-        await _quietly(self.ingest.stop(), "stopping trace assembly")
-        await _quietly(self.workers.drain(left()), "draining the scoring workers")
-        if kafka is not None:
-            await _quietly(kafka.wait_dead_letters(left()), "writing dead letters")
-            # No await between these two: every score finished so far is committed below, and
-            # nothing can turn into a score after the freeze (what is cut is read again).
-            kafka.freeze()
-        self.workers.cancel()
-        if kafka is not None:
-            await _quietly(kafka.stop(), "stopping the Kafka receiver")
-        await _quietly(self.workers.aclose(0.0), "stopping the scoring workers")
-        self.gate.closed = True
-        if self.kafka_results is not None:
-            await _quietly(self.kafka_results.stop(), "stopping the Kafka results exporter")
-        if self.kafka_diagnostics is not None:  # after scoring drained: the last round counts every score
-            await _quietly(self.kafka_diagnostics.stop(), "writing the last diagnostics summary")
-        if self.evaluator is not None:
-            await _quietly(self.evaluator.stop(), "flushing evaluator spans")
-        if self.writeback is not None:
-            # Every retrieval is decided by now; held spans still waiting go out unscored.
-            await _quietly(self.writeback.stop(left() + 1.0), "flushing forwarded spans")
-        # After the forwarded spans: an annotation needs its span stored in the backend first.
-        # What is left of the deadline, and a moment for what is queued, as the span flush gets.
-        # Side by side, so that one backend that is down does not use up another's time.
-        await asyncio.gather(*(_quietly(sink.stop(left() + 1.0), f"flushing the {sink.name} sink")
-                               for sink in self.sinks))
-        await _quietly(self.engine.aclose(), "closing the judge client")
-        if self.metrics_server is not None:
-            await _quietly(self.metrics_server.stop(), "stopping the metrics server")
-        self._started = False
+        """Every stage finishes within `--shutdown-timeout` (plus its grace), then closes."""
+        await self.graph.stop(Deadline.after(self.config.scoring.shutdown_timeout_s))
 
     async def __aenter__(self) -> "Pipeline":
         await self.start()
@@ -402,13 +420,11 @@ class Pipeline:
         await self.stop()
 
 
+def placement_of(config: ServeConfig) -> Placement:
+    """Where scoring runs is decided from these settings only."""
+    return Placement(judge=config.judge.judge_config(), scale=config.judge.scale, process=config.scoring.process,
+                     reads_kafka=config.kafka.enabled, log_level=config.log_level)
+
+
 def _as_is(text: str) -> str:
     return text
-
-
-async def _quietly(awaitable: Any, what: str) -> None:
-    """Shutdown goes on past a part that fails to stop; the failure is logged."""
-    try:
-        await awaitable
-    except Exception:
-        log.exception("error while %s", what)

@@ -86,3 +86,51 @@ def test_the_graph_is_read_at_all() -> None:
     assert "ctxprec.collector.assembly.ingest" in GRAPH
     assert "ctxprec.collector.assembly.conventions" in GRAPH["ctxprec.collector.assembly.ingest"]
     assert len(GRAPH) > 60
+
+
+# A stage's modules may use these of another stage's: shared data and protocols, never a stage
+# itself (a stage is given its neighbours by the composition root).
+STAGES = ("receivers", "assembly", "sampling", "scoring", "exporters", "diagnostics")
+SHARED_ACROSS_STAGES = {
+    "ctxprec.collector.metrics.registry",  # the one registry every stage counts in
+    "ctxprec.collector.metrics.children",
+    "ctxprec.collector.metrics.drift",  # the diagnostics read the drift monitor's alarms
+    "ctxprec.collector.scoring.identity",  # exporters write the scorer's identity attributes
+    "ctxprec.collector.sampling.sampler",  # the Kafka byte peek asks the gate's sampler (a Protocol)
+}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "collector" and parts[2] in STAGES else None
+
+
+def test_only_the_composition_root_wires_stages() -> None:
+    """No stage imports another stage's modules (beyond the shared ones above): stages meet only
+    in collector/pipeline.py, through the seams of collector/components.py."""
+    offenders = {m: sorted(t for t in targets if _stage(t) not in (None, _stage(m)) and t not in SHARED_ACROSS_STAGES)
+                 for m, targets in GRAPH.items() if _stage(m) is not None}
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_the_service_graph_is_declared_in_one_place() -> None:
+    users = sorted(m for m, targets in GRAPH.items() if "ctxprec.collector.service_graph" in targets)
+    assert users == ["ctxprec.collector.pipeline"]
+
+
+def test_seams_and_the_lifecycle_are_declared_once() -> None:
+    """The seams' Protocols live in components.py alone: no other module declares a Protocol
+    under a seam's name."""
+    import ctxprec.collector.components as components
+
+    seams = {name for name, value in vars(components).items()
+             if isinstance(value, type) and getattr(value, "_is_protocol", False)}
+    assert {"Component", "TraceConsumer", "RetrievalSink", "ResultSink", "ScoringQueue"} <= seams
+    doubles = []
+    for name, path in _modules().items():
+        if name == "ctxprec.collector.components":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name in seams:
+                doubles.append(f"{name}.{node.name}")
+    assert doubles == []

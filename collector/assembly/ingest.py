@@ -29,17 +29,13 @@ from typing import Any, Callable
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import (
-    SpanRecord,
-    attributes_dict,
-    service_name,
-    span_record,
-)
+from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
-from ctxprec.collector.assembly.wire import resource_ranges
-from ctxprec.collector.components import RetrievalSink, SpanPassThrough
+from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Countdown, HeldSpan
+from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
+from ctxprec.collector.otlp.values import attributes_dict, service_name
+from ctxprec.collector.otlp.wire import resource_ranges
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -88,7 +84,7 @@ class OtlpIngest:
     # -- the hot path --
 
     async def ingest(self, request: ExportTraceServiceRequest, *, receiver: str, raw: bytes | None = None,
-                     ack: Any = None) -> None:
+                     ack: PendingAck | None = None) -> None:
         """Takes one decoded request. `raw` is its uncompressed protobuf encoding when the caller
         has it (forwarded as is when nothing in it is held; without it the request is encoded
         once). Counts the spans under `receiver`. `ack` (a PendingAck) is held by each sampled
@@ -232,14 +228,18 @@ class OtlpIngest:
         if self._task is None:
             self._task = asyncio.create_task(self._flush_loop(), name="otlp-ingest-flush")
 
-    async def stop(self) -> None:
-        """Hands every buffered trace to the sink."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Hands every buffered trace to the sink now: no more spans can come for them (the
+        receivers finished first), and scoring has what is left of the deadline for them."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         for trace in self.buffer.pop_all():
             self._finish(trace)
+
+    async def close(self) -> None:
+        return None
 
     async def _flush_loop(self) -> None:
         while True:

@@ -46,7 +46,7 @@ from ahocorasick_rs import BytesAhoCorasick
 
 from ctxprec.collector.assembly.specs import SPAN_NAME, Condition
 from ctxprec.collector.assembly.table import RetrievalRule
-from ctxprec.collector.assembly.wire import encode_varint
+from ctxprec.collector.otlp.wire import encode_varint
 
 _SPAN_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
 _LOOK = -1  # a pattern that only says: decode these spans and match them one by one

@@ -47,6 +47,7 @@ from ctxprec.collector.demo.corpus import (
     off_topic_pool,
     questions_for,
 )
+from ctxprec.scorer.precision import average_precision
 
 # Retriever name per service: the `retriever` label of the precision metrics.
 RETRIEVERS: dict[str, str] = {"support-bot": "kb-vector", "docs-search": "docs-bm25"}
@@ -109,7 +110,7 @@ class EmittedTrace:
 
     @property
     def expected_precision(self) -> float:
-        return average_precision(self.relevant)
+        return float(average_precision(self.relevant))
 
 
 @dataclass(slots=True)
@@ -117,20 +118,6 @@ class AppStats:
     sent: dict[str, int] = field(default_factory=dict)  # traces per service
     degraded_sent: int = 0
     degraded_at: float | None = None  # monotonic seconds since start when degradation began
-    expected: dict[tuple[str, bool], list[float]] = field(default_factory=dict)  # (service, degraded)
-
-    def expected_mean(self, service: str, degraded: bool) -> float | None:
-        values = self.expected.get((service, degraded))
-        return sum(values) / len(values) if values else None
-
-
-def average_precision(relevant: Sequence[bool]) -> float:
-    hits, total = 0, 0.0
-    for i, rel in enumerate(relevant):
-        if rel:
-            hits += 1
-            total += hits / (i + 1)
-    return total / hits if hits else 0.0
 
 
 class _SeededIds(IdGenerator):
@@ -210,11 +197,6 @@ class SyntheticRagApp:
                 or (cfg.degrade_after_requests is not None and self._requests >= cfg.degrade_after_requests)):
             self.stats.degraded_at = elapsed
 
-    def degrade_now(self) -> None:
-        """Degrade the retriever at once (for callers that control the timeline themselves)."""
-        if not self.degraded:
-            self.stats.degraded_at = time.monotonic() - self._started
-
     # -- one request --
 
     def emit(self, service: str | None = None) -> EmittedTrace:
@@ -235,7 +217,6 @@ class SyntheticRagApp:
                             document_ids=tuple(d.id for d in docs))
         self.stats.sent[service] = self.stats.sent.get(service, 0) + 1
         self.stats.degraded_sent += degraded
-        self.stats.expected.setdefault((service, degraded), []).append(sent.expected_precision)
         if self._on_emit is not None:
             self._on_emit(sent)
         return sent

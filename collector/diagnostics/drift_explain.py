@@ -275,9 +275,6 @@ class DriftExplainer:
     def at_alarm(self, service: str) -> DriftExplanation | None:
         return self._at_alarm.get(service)
 
-    def alarmed_services(self) -> list[str]:
-        return sorted(self._at_alarm)
-
 
 def _r(value: float) -> float:
     return round(value, 4)

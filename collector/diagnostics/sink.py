@@ -6,12 +6,14 @@ Wiring (what the pipeline does with it):
 
     sink = DiagnosticsSink(settings, metrics=metrics, drift=drift_monitor, redact=redactor)
     fanout.add(sink)                            # a ResultSink, after the MetricsSink
+    drift_monitor.on_alarm = sink.explainer     # the "diagnostics hooks the drift alarm" link
     GET /diagnostics/documents -> sink.documents_json(request.query)
     GET /diagnostics/drift     -> sink.drift_json(request.query)
     GET /diagnostics/top_k     -> sink.top_k_json(request.query)
 
-Given the drift monitor, the sink hooks its explainer into it (`drift.on_alarm`), so that an alarm
-rising for a service logs one line naming the retriever and slice values behind the change.
+The drift monitor is read for the alarms `/diagnostics/drift` shows; its alarm calls the sink's
+explainer, so that an alarm rising for a service logs one line naming the retriever and slice
+values behind the change.
 Service and retriever labels go through the metrics' label caps, so diagnostics and metrics fold
 the same values into `other` and the number of (service, retriever) pairs stays bounded."""
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ctxprec.collector.components import Stateless
 from ctxprec.collector.diagnostics.drift_explain import DriftExplainer
 from ctxprec.collector.diagnostics.noisy_documents import NoisyDocuments
 from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from ctxprec.collector.metrics.drift import DriftMonitor
 
 
-class DiagnosticsSink:
+class DiagnosticsSink(Stateless):
     def __init__(self, settings: DiagnosticsSettings | None = None, *, metrics: Metrics | None = None,
                  drift: "DriftMonitor | None" = None, redact: Callable[[str], str] | None = None,
                  logger: logging.Logger | None = None) -> None:
@@ -50,8 +53,6 @@ class DiagnosticsSink:
         self.slices = SliceTracker(s.slice_attributes, max_values=s.max_slice_values,
                                    recent_half_life=s.recent_half_life, baseline_half_life=s.baseline_half_life)
         self.explainer = DriftExplainer(self.slices, logger=logger)
-        if drift is not None:
-            drift.on_alarm = self.explainer
 
     def emit(self, outcome: Outcome) -> None:
         """Every decision comes here; only evaluated ones carry verdicts to count."""

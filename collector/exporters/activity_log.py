@@ -1,23 +1,33 @@
 """A one-line summary per minute of what the sidecar did, so that its log alone shows it working:
 spans received, retrievals evaluated and failed, and the mean score per service; at DEBUG, one
-line per score with its reason."""
+line per score with its reason. The same minute also flushes the failure logs' counts (a failure
+kind is logged once, then counted per minute)."""
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Sequence
 
+from ctxprec.collector.components import Deadline
+from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.model import Decision, Outcome
 
 log = logging.getLogger("ctxprec.activity")
 
 
 class ActivityLog:
-    """A `ResultSink`; `tick()` (once a minute) writes the line for the minute that ended."""
+    """A `ResultSink`; `tick()` (once a minute, while started) writes the line for the minute
+    that ended, then the counts of each of `failure_logs()`."""
 
-    def __init__(self, spans_received: Callable[[], float], logger: logging.Logger = log) -> None:
+    def __init__(self, spans_received: Callable[[], float], logger: logging.Logger = log, *,
+                 failure_logs: Callable[[], Sequence[FailureLog]] = tuple, interval_s: float = 60.0) -> None:
         """`spans_received()` returns the total spans received so far (all receivers)."""
         self._spans_received = spans_received
+        self._failure_logs = failure_logs
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
         self._logger = logger
         self._spans_before = spans_received()
         self._evaluated = 0
@@ -58,3 +68,33 @@ class ActivityLog:
         self._evaluated = self._failed = self._other = 0
         self._scores.clear()
         return line
+
+    # -- the minute --
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._every_minute(), name="ctxprec-minute")
+
+    async def finish(self, deadline: Deadline) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def close(self) -> None:
+        return None
+
+    async def _every_minute(self) -> None:
+        last = time.monotonic()
+        while True:
+            # Short naps, so that a changed interval (tests) takes effect at once.
+            await asyncio.sleep(min(1.0, self.interval_s))
+            if time.monotonic() - last < self.interval_s:
+                continue
+            last = time.monotonic()
+            try:
+                self.tick()
+                for failures in self._failure_logs():
+                    failures.flush()
+            except Exception:  # the log lines must never stop the sidecar
+                log.exception("writing the activity summary failed")

@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Any
 
-from ctxprec.collector.assembly.spans import set_any_value
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.otlp_sender import (
@@ -35,6 +35,7 @@ from ctxprec.collector.exporters.otlp_sender import (
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome
+from ctxprec.collector.otlp.values import set_any_value
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.version import VERSION
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -97,10 +98,15 @@ class EvaluatorExporter:
         if self._logs is not None:
             await self._logs.start()
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        await self._spans.stop(timeout_s)
+    async def finish(self, deadline: Deadline) -> None:
+        await self._spans.finish(deadline)
         if self._logs is not None:
-            await self._logs.stop(timeout_s)
+            await self._logs.finish(deadline)
+
+    async def close(self) -> None:
+        await self._spans.close()
+        if self._logs is not None:
+            await self._logs.close()
 
     def emit(self, outcome: Outcome) -> None:
         if not outcome.scored:

@@ -3,14 +3,15 @@
 
 The order is the point: results are handed on first and the input released after, so that
 whoever acknowledges input on the decision (Kafka offsets) only does so once the results have
-been handed to the exporters.
+been handed to the exporters. A retrieval that shutdown cut short (`Outcome.cut_short`) keeps its
+input unacknowledged: the Kafka message is read again after a restart, and scored then.
 """
 from __future__ import annotations
 
 import logging
 from typing import Sequence
 
-from ctxprec.collector.components import ResultSink
+from ctxprec.collector.components import ResultSink, Stateless
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome
@@ -18,7 +19,7 @@ from ctxprec.collector.model import Decision, Outcome
 log = logging.getLogger(__name__)
 
 
-class ResultFanout:
+class ResultFanout(Stateless):
     """A `ResultSink` that hands each outcome to its sinks."""
 
     def __init__(self, metrics: Metrics | None, sinks: Sequence[ResultSink] = ()) -> None:
@@ -54,6 +55,8 @@ class ResultFanout:
         ack = retrieval.ack
         if ack is not None:
             retrieval.ack = None  # cleared first: a second outcome can never release twice
+            if outcome.cut_short:
+                return
             try:
                 ack.release()
             except Exception:  # the input's bookkeeping must not break the pipeline

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.metrics.registry import Metrics
@@ -58,20 +59,23 @@ class KafkaDiagnosticsExporter:
         the summaries, never the sidecar's start."""
         self._task = asyncio.create_task(self._run(), name="kafka-diagnostics")
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        """The last round (when connected), then close the producer."""
+    async def finish(self, deadline: Deadline) -> None:
+        """The last round (when connected), within `deadline`: it runs after scoring finished,
+        so it counts every score."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if self._producer is not None:
             try:
-                await asyncio.wait_for(self.write_round(), timeout_s)
+                await asyncio.wait_for(self.write_round(), deadline.left())
             except asyncio.TimeoutError:
-                log.warning("kafka diagnostics: the last summary was not delivered within %.0fs", timeout_s)
-            if self._own_producer:
-                await self._producer.stop()
-                self._producer = None
+                log.warning("kafka diagnostics: the last summary was not delivered at shutdown")
+
+    async def close(self) -> None:
+        if self._own_producer and self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
 
     async def _run(self) -> None:
         await self._connect()

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.kafka.offsets import SequenceTracker
@@ -62,12 +63,16 @@ class KafkaResultsExporter:
     async def _connect(self) -> None:
         self._producer = await start_producer(self.settings, "results", "kafka results")
 
-    async def stop(self, timeout_s: float = 10.0) -> None:
-        """Deliver what is queued (within `timeout_s`), then close the producer."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Deliver what is queued, until `deadline`."""
         try:
-            await asyncio.wait_for(self.flush(), timeout=timeout_s)
+            await asyncio.wait_for(self.flush(), timeout=deadline.left())
         except asyncio.TimeoutError:
             log.warning("kafka results: %d records not delivered at shutdown", self._seq.outstanding)
+
+    async def close(self) -> None:
+        """Stop sending and close the producer (after the receiver's last commit, which waits on
+        `flush`)."""
         if self._sender is not None:
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import aiohttp
 import aiohttp.abc
 import aiohttp.payload
 import grpc
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
@@ -273,11 +273,10 @@ class OtlpSender:
         self._tasks = [asyncio.create_task(self._sender(), name=f"span-forwarder-{i}")
                        for i in range(self.settings.senders)]
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        """Sends what is queued (up to `timeout_s`), then drops the rest as `shutdown`."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Sends what is queued (until `deadline`), then drops the rest as `shutdown`."""
         self._closing = True
-        deadline = time.monotonic() + timeout_s
-        while (self._queue or self._in_flight) and time.monotonic() < deadline and self._tasks:
+        while (self._queue or self._in_flight) and deadline.left() > 0 and self._tasks:
             await asyncio.sleep(0.01)
         for task in self._tasks:
             task.cancel()
@@ -287,6 +286,8 @@ class OtlpSender:
             item = self._queue.popleft()
             self._drop("shutdown", item.spans)
         self._queued_bytes = 0
+
+    async def close(self) -> None:
         if self._transport is not None:
             await self._transport.close()
             self._transport = None

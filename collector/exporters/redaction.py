@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ctxprec.collector.components import ResultSink
+from ctxprec.collector.components import ResultSink, Stateless
 from ctxprec.collector.model import Outcome, Retrieval, RetrievedContext
 from ctxprec.scorer.redact import redact
 from ctxprec.scorer.result import ScoreResult
@@ -23,7 +23,7 @@ def redact_text(text: str) -> str:
     return redact(text)[0]
 
 
-class RedactingSink:
+class RedactingSink(Stateless):
     """A `ResultSink` in front of the exporters that passes each scored outcome on redacted."""
 
     def __init__(self, downstream: ResultSink, redactor: Callable[[str], str] = redact_text) -> None:

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.retry import Backoff
@@ -164,14 +165,13 @@ class SinkQueue(Generic[T]):
             await self.backend.start()
             self._task = asyncio.create_task(self._run(), name=f"sink-{self.exporter}")
 
-    async def stop(self, timeout_s: float) -> None:
-        """Sends what is waiting for up to `timeout_s`, then drops the rest as `shutdown`."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Sends what is waiting until `deadline`, then drops the rest as `shutdown`."""
         self._closing = True
-        deadline = time.monotonic() + timeout_s
         for entry in self._ready:  # no more lingering: everything may go now
             entry.not_before = 0.0
         self._wakeup.set()
-        while self.pending and time.monotonic() < deadline and self._task is not None and not self._task.done():
+        while self.pending and deadline.left() > 0 and self._task is not None and not self._task.done():
             await asyncio.sleep(0.02)
         if self._task is not None:
             self._task.cancel()
@@ -185,6 +185,8 @@ class SinkQueue(Generic[T]):
             self._drop(SHUTDOWN, left)
             self.failures.failed(SHUTDOWN, f"{left} scores not sent before the shutdown deadline")
         self.failures.flush()
+
+    async def close(self) -> None:
         await self.backend.close()
 
     # -- sending --

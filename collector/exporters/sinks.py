@@ -11,6 +11,7 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.config import ExportConfig, SinkTarget
 from ctxprec.collector.exporters.sink_queue import QueueSettings, SinkQueue
 from ctxprec.collector.metrics.registry import Metrics
@@ -47,8 +48,11 @@ class BackendSink:
     async def start(self) -> None:
         await self.queue.start()
 
-    async def stop(self, timeout_s: float) -> None:
-        await self.queue.stop(timeout_s)
+    async def finish(self, deadline: Deadline) -> None:
+        await self.queue.finish(deadline)
+
+    async def close(self) -> None:
+        await self.queue.close()
 
 
 def build_sinks(export: ExportConfig, identity: ScorerIdentity, metrics: Metrics, *,

@@ -18,12 +18,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ctxprec.collector.assembly.spans import set_attributes
-from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.otlp_sender import OtlpSender
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import HeldSpan, Outcome
+from ctxprec.collector.otlp.values import set_attributes
+from ctxprec.collector.otlp.wire import remove_spans
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -35,6 +36,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 log = logging.getLogger(__name__)
 
 HOLD_EXPORTER = "span_hold"
+# At shutdown the spans released last (unscored, or with the last scores) get this long past the
+# deadline to be sent.
+SENDER_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -161,11 +165,10 @@ class SpanWriteBack:
             await asyncio.sleep(self._check_interval_s)
             self.expire()
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
-        """Waits up to `timeout_s` for held spans to get their results, sends the rest unscored,
-        then flushes the sender."""
-        deadline = time.monotonic() + timeout_s
-        while self._held and time.monotonic() < deadline:
+    async def finish(self, deadline: Deadline) -> None:
+        """Waits until `deadline` for held spans to get their results, sends the rest unscored,
+        then flushes the sender, which gets a moment more for what was queued last."""
+        while self._held and deadline.left() > 0:
             await asyncio.sleep(0.02)
         if self._task is not None:
             self._task.cancel()
@@ -173,7 +176,10 @@ class SpanWriteBack:
             self._task = None
         self.expire(force=True)
         self._by_trace.clear()
-        await self.sender.stop(max(0.0, deadline - time.monotonic()) + 1.0)
+        await self.sender.finish(Deadline.after(deadline.left() + SENDER_GRACE_S))
+
+    async def close(self) -> None:
+        await self.sender.close()
 
 
 def _delete_from_request(held: list[HeldSpan]) -> None:

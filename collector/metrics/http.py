@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.listener_security import ListenerSecurity, is_loopback
 from ctxprec.collector.metrics.registry import Metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -138,7 +139,10 @@ class MetricsServer:
         if server is not None and server.sockets:  # type: ignore[union-attr]
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    async def stop(self) -> None:
+    async def finish(self, deadline: Deadline) -> None:
+        return None  # it answers until the end: scrapes and probes during shutdown see it stopping
+
+    async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -1,22 +1,24 @@
 """The Kafka receiver (docs/KAFKA.md): an aiokafka consumer in a consumer group that hands each
-message to the pipeline and commits, per partition, only up to the lowest message whose samples
-have not all reached a decision (at-least-once; score records carry an idempotency key, so a
-replay after a crash is harmless downstream).
+message to the pipeline. Its parts: this module consumes (connect, the read loop, hand-over,
+back-pressure, rebalance); `kafka_commits.py` is the at-least-once commit point (per partition,
+commit only up to the lowest message whose samples have not all reached a decision; score records
+carry an idempotency key, so a replay after a crash is harmless downstream); `kafka_dlq.py`
+writes the dead letters; `kafka_messages.py` reads message values.
 
-Per message handed to the pipeline: a `PendingAck` whose completion marks the offset done in the
-partition's ledger (`collector/kafka/offsets.py`). OTLP formats go through
-`OtlpIngest.ingest(..., ack=...)`, which holds the ack for every retrieval or buffered trace it
-takes on; `rag_event` messages become one `Retrieval` that carries the ack to its decision. The ack
-is sealed once the message is handed over, so a message with nothing to score is done at once.
+Per message handed to the pipeline: a `PendingAck` whose completion marks the offset done at the
+commit point. OTLP formats go through the `TraceConsumer` (`OtlpIngest.ingest(..., ack=...)`),
+which holds the ack for every retrieval or buffered trace it takes on; `rag_event` messages become
+one `Retrieval` that carries the ack to its decision. The ack is sealed once the message is handed
+over, so a message with nothing to score is done at once.
 
-rag_event head sampling happens here, with the gate's sampler (the pipeline passes it): at 1%
-almost every message is only counted `not_sampled`, so it must cost far less than parsing it.
-`kafka_event_peek` reads `trace_id` and `service` from the raw bytes; a run of messages it drops
-becomes one ledger step and one `not_sampled(service, n)` per service per fetched batch, with no
-per-message objects. Everything else (kept traces, anything the peek is unsure of) is parsed,
-validated and decided by the gate as before. Trade-off, see `kafka_event_peek`: a dropped message
-is checked only for looking like a JSON object (so garbage, protobuf and truncated messages are
-still dead-lettered); invalid JSON or a bad event inside the braces is counted `not_sampled`.
+rag_event head sampling is the gate's (sampling/decide.py); the receiver only asks the same
+sampler, through the byte peek (`kafka_event_peek`), which messages the head decision drops: at
+1% almost every message is only counted `not_sampled`, so it must cost far less than parsing it.
+A run of messages it drops becomes one ledger step and one `not_sampled(service, n)` per service
+per fetched batch, with no per-message objects. Everything else (kept traces, anything the peek
+is unsure of) is parsed, validated and decided by the gate. Trade-off, see `kafka_event_peek`: a
+dropped message is checked only for looking like a JSON object (so garbage, protobuf and
+truncated messages are still dead-lettered); invalid JSON inside the braces is counted.
 
 - Back-pressure: a partition with `max_undone_per_partition` messages not yet done is paused and
   resumed at half that (checked as decisions arrive, not only between fetches), and all are
@@ -24,39 +26,39 @@ still dead-lettered); invalid JSON or a bad event inside the braces is counted `
   waits instead of being shed as `overloaded`): a slow judge costs lag, not memory.
 - A fetched batch is taken whole (so aiokafka's next fetch overlaps our work) and handed over in
   slices of `HAND_OVER_SLICE`, yielding between them so that scores keep flowing.
-- Rebalance: on revocation the receiver stops handing over that partition's messages, waits
-  briefly for what is in flight to be decided (fewer replays for the next owner), commits, and
-  drops the partition's ledger; late completions land on the dropped ledger and are ignored.
-- Poison: a message that cannot be decoded goes to the dead-letter topic (`kafka_dlq`), and its
-  offset counts as done once the dead letter is written: it never stalls the partition.
-- `commit_barrier` (e.g. the results producer's flush) runs before each commit, so an offset is
-  committed only after the score records of the messages below it reached the broker.
-- Shutdown (driven by the pipeline): `stop_reading` (nothing more is handed over; periodic
-  commits go on), the scoring workers drain, `freeze` (later decisions no longer move the commit
-  point) immediately before the workers still running are cancelled, then `stop` commits and
-  leaves the group. So everything scored before the exit is committed, and what shutdown cut
-  short (`failed`/`shutdown`) is read again after a restart. Used on its own, `stop` waits up to
-  `shutdown_drain_s` for in-flight messages instead.
+- Rebalance: see `kafka_commits.CommitPoint.revoked`.
+- Poison: a message that cannot be decoded goes to the dead-letter topic, and its offset counts as
+  done once the dead letter is written: it never stalls the partition.
+- Shutdown: `finish` stops reading (nothing more is handed over; periodic commits go on and the
+  consumer stays in its group while the rest of the pipeline finishes) and lets dead letters
+  being written finish; `close`, after every stage finished, freezes the commit point, commits
+  what was decided and leaves the group. So everything scored before the exit is committed, and
+  what shutdown cut short (`failed`/`shutdown`, which never acknowledges its input) is read again
+  after a restart.
 """
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
+from ctxprec.collector.components import Deadline, RetrievalSink, TraceConsumer
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.kafka.connect import until_connected
-from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
-from ctxprec.collector.receivers.kafka_dlq import DeadLetterWriter
+from ctxprec.collector.receivers.kafka_commits import (
+    REVOKE_DRAIN_S,
+    Barrier,
+    CommitPoint,
+    Partition,
+)
+from ctxprec.collector.receivers.kafka_dlq import DeadLetters, DeadLetterWriter
 from ctxprec.collector.receivers.kafka_event_peek import EventPeek
 from ctxprec.collector.receivers.kafka_messages import (
     MessageError,
@@ -80,31 +82,16 @@ READ_BACKOFF = Backoff(base_s=0.1, cap_s=5.0)
 # and judge requests keep moving while a large batch is handed over.
 MAX_RECORDS_PER_FETCH = 100_000
 HAND_OVER_SLICE = 500
-REVOKE_DRAIN_S = 5.0
 LAG_INTERVAL_S = 0.5
 STANDALONE_QUEUE_SIZE = 1000  # `--queue-size`'s default
 
 
-class Ingest(Protocol):
-    def ingest(self, request: Any, *, receiver: str, raw: bytes | None = None, ack: PendingAck | None = None) -> Any: ...
-
-
-class RetrievalSink(Protocol):
-    def submit(self, retrieval: Any) -> None: ...
-    def not_sampled(self, service: str, count: int) -> None: ...
-
-
-@dataclass(slots=True)
-class _Partition:
-    tp: TopicPartition
-    offsets: PartitionOffsets = field(default_factory=PartitionOffsets)
-    paused: bool = False
-
-
 class KafkaReceiver:
     def __init__(self, settings: KafkaConfig, *, sink: RetrievalSink, metrics: Metrics,
-                 ingest: Ingest | None = None, commit_barrier: Callable[[], Awaitable[None]] | None = None,
-                 sampler: TraceSampler | None = None) -> None:
+                 ingest: TraceConsumer | None = None, sampler: TraceSampler | None = None) -> None:
+        """`sink` takes rag_event retrievals (and the counts of those the head sampling drops),
+        `ingest` OTLP requests; `sampler` (the gate's) lets the byte peek find what head sampling
+        drops."""
         if settings.format != "rag_event" and ingest is None:
             raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
         if settings.max_undone_total is None:  # used on its own: the pipeline derives it from --queue-size
@@ -114,26 +101,29 @@ class KafkaReceiver:
         self.sink = sink
         self.ingest = ingest
         self.metrics = metrics
-        self.commit_barrier = commit_barrier
-        # rag_event head sampling, the same sampler as the gate's (the pipeline passes it).
-        self._sampler = sampler
+        self.commits = CommitPoint(settings, metrics, on_done=self._resume_if_room)
         self._peek = EventPeek(sampler) if sampler is not None else None
         self._not_sampled: Counter[str] = Counter()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
-        self._dlq: DeadLetterWriter | None = None
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._dead_letters: DeadLetters | None = None
         self._stopped: set[TopicPartition] = set()  # rewound by back-pressure during this batch
         self._task: asyncio.Task[None] | None = None
-        self._dlq_tasks: set[asyncio.Task[None]] = set()
-        self._commit_lock = asyncio.Lock()
-        self._progress = asyncio.Event()  # set whenever some message is done
         self._stopping = False
-        self._frozen = False
-        self._committer: asyncio.Task[None] | None = None
         self._last_lag = 0.0
         self.handed_over = 0  # messages handed to the pipeline (for benchmarks and tests)
-        self.dead_lettered = 0
+
+    def commit_after(self, barrier: Barrier) -> None:
+        """Run `barrier` before each commit (the results producer's flush)."""
+        self.commits.barrier = barrier
+
+    @property
+    def _partitions(self) -> dict[TopicPartition, Partition]:
+        return self.commits.partitions
+
+    @property
+    def dead_lettered(self) -> int:
+        return self._dead_letters.count if self._dead_letters is not None else 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -160,7 +150,8 @@ class KafkaReceiver:
 
         await until_connected(connect, self.settings, "kafka receiver")
         if not self._stopping:
-            self._committer = asyncio.create_task(self._commit_loop(), name="kafka-commits")
+            assert self._consumer is not None
+            self.commits.run(self._consumer)
             await self._run()
 
     async def _connect(self) -> None:
@@ -178,7 +169,7 @@ class KafkaReceiver:
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=max(1024 * 1024, s.max_message_bytes + 1024),
             fetch_max_bytes=max(50 * 1024 * 1024, s.max_message_bytes + 1024), **common)
-        consumer.subscribe([s.topic], listener=_Rebalance(self))
+        consumer.subscribe([s.topic], listener=_Rebalance(self.commits))
         dlq_topic = s.dead_letter_topic
         producer = None
         if dlq_topic:
@@ -194,53 +185,30 @@ class KafkaReceiver:
             await consumer.stop()
             raise
         self._consumer, self._producer = consumer, producer
-        self._dlq = DeadLetterWriter(producer, dlq_topic, self.metrics)
+        self._dead_letters = DeadLetters(DeadLetterWriter(producer, dlq_topic, self.metrics))
         log.info("kafka receiver connected to %s", s.bootstrap)
 
-    async def stop_reading(self) -> None:
-        """Hand nothing more to the pipeline (the first step of shutdown). Periodic commits go on,
-        and the consumer stays in its group, until `stop`."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Hand nothing more to the pipeline, and let dead letters being written finish. Periodic
+        commits go on, and the consumer stays in its group, until `close`."""
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
+        if self._dead_letters is not None:
+            await self._dead_letters.wait(deadline)
 
-    async def wait_dead_letters(self, timeout_s: float) -> None:
-        """Let dead letters being written finish, so that their offsets count as done."""
-        if self._dlq_tasks:
-            await asyncio.wait(set(self._dlq_tasks), timeout=max(0.1, timeout_s))
-
-    def freeze(self) -> None:
-        """From now on, decisions no longer move the commit point. Shutdown calls this after the
-        scoring workers drained and just before it cancels them: the final commit then covers
-        everything scored, and nothing cut short by shutdown (`failed`/`shutdown`), which is read
-        and scored again after a restart. Synchronous, so nothing can be decided in between."""
-        self._frozen = True
-
-    async def stop(self) -> None:
-        """Stop reading, commit what was decided, leave the group. Without a prior `freeze` (the
-        receiver used on its own) in-flight messages first get `shutdown_drain_s` to be decided."""
-        await self.stop_reading()
-        if self._committer is not None:
-            self._committer.cancel()
-            await asyncio.gather(self._committer, return_exceptions=True)
-            self._committer = None
-        if self._consumer is None:
-            return
-        deadline = time.monotonic() + (0.0 if self._frozen else self.settings.shutdown_drain_s)
-        while not self._frozen and self._undone() and time.monotonic() < deadline:
-            await self._wait_progress(deadline - time.monotonic())
-        if not self._frozen:
-            await self.wait_dead_letters(deadline - time.monotonic())
-        await self._commit(barrier_timeout_s=max(1.0, deadline - time.monotonic()))
-        left = self._undone()
-        if left:
-            log.warning("kafka receiver stopped with %d messages not yet decided; they will be read again", left)
+    async def close(self) -> None:
+        """Freeze the commit point, commit what was decided, leave the group."""
+        if self._task is not None:  # closed without finishing (a failed start)
+            await self.finish(Deadline.after(0.0))
+        await self.commits.close()
         consumer, producer = self._consumer, self._producer
         self._consumer = self._producer = None
         try:
-            await consumer.stop()
+            if consumer is not None:
+                await consumer.stop()
         finally:
             if producer is not None:
                 await producer.stop()
@@ -268,7 +236,7 @@ class KafkaReceiver:
                 self._flow_control()
                 if time.monotonic() - self._last_lag >= LAG_INTERVAL_S:
                     self._last_lag = time.monotonic()
-                    await self._update_lag()
+                    await self.commits.update_lag()
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -297,10 +265,10 @@ class KafkaReceiver:
                 self.metrics.kafka_messages.labels(format=self.settings.format).inc(handed)
             self._flush_not_sampled()
 
-    def _full(self, part: _Partition, total: int) -> bool:
+    def _full(self, part: Partition, total: int) -> bool:
         return part.offsets.undone >= self.settings.max_undone_per_partition or total >= self._total_cap
 
-    def _stop_at(self, part: _Partition, record: ConsumerRecord) -> None:
+    def _stop_at(self, part: Partition, record: ConsumerRecord) -> None:
         """Full: rewind to the first message not handed over and pause until it drains, so the
         bound holds whatever the fetch size."""
         assert self._consumer is not None
@@ -328,7 +296,7 @@ class KafkaReceiver:
         else:
             services, full_way = [], list(range(n))
         full_way.append(n)  # ends the last run
-        total = self._undone()
+        total = self.commits.undone()
         handed = 0
         start = 0
         for i in full_way:
@@ -348,11 +316,11 @@ class KafkaReceiver:
             total += offsets.undone - undone
             start = i + 1
         if handed:
-            self._progress.set()
+            self.commits.progressed()
         return handed
 
     async def _hand_over_otlp_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> int:
-        total = self._undone()
+        total = self.commits.undone()
         handed = 0
         for record in records:
             part = self._partitions.get(tp)
@@ -367,7 +335,7 @@ class KafkaReceiver:
             total += part.offsets.undone - undone
         return handed
 
-    def _pause(self, part: _Partition) -> None:
+    def _pause(self, part: Partition) -> None:
         assert self._consumer is not None
         if not part.paused:
             part.paused = True
@@ -376,24 +344,17 @@ class KafkaReceiver:
             except IllegalStateError:
                 pass
 
-    def _ack_for(self, part: _Partition, offset: int) -> PendingAck:
-        return PendingAck(lambda: self._done(part, offset))
-
-    def _hand_over_event(self, part: _Partition, record: ConsumerRecord) -> None:
+    def _hand_over_event(self, part: Partition, record: ConsumerRecord) -> None:
         offsets = part.offsets
         offset = record.offset
         offsets.track(offset)
+        ack = self.commits.ack_for(part, offset)
         try:
-            obj = load_json(check_size(record.value, self.settings.max_message_bytes))
-            if self._head_unsampled(obj):
-                offsets.done(offset)
-                return
-            event = parse_event(obj)
+            event = parse_event(load_json(check_size(record.value, self.settings.max_message_bytes)))
         except MessageError as exc:
-            self._dead_letter(record, self._ack_for(part, offset), exc.reason, exc.message)
+            self._dead_letter(record, ack, exc.reason, exc.message)
             return
         retrieval = retrieval_from_event(event, message_time_ms=record.timestamp)
-        ack = self._ack_for(part, offset)
         ack.hold()
         retrieval.ack = ack  # released by the last stage, once the retrieval has its decision
         try:
@@ -407,38 +368,17 @@ class KafkaReceiver:
             return
         ack.seal()
 
-    def _head_unsampled(self, obj: Any) -> bool:
-        """The head sampling decision on the two fields it needs, before validating the rest:
-        at 1% sampling, 99% of events are only counted (as `not_sampled`, which the gate would
-        decide for them too). Anything unusual goes the full way through the gate."""
-        sampler = self._sampler
-        if sampler is None or type(obj) is not dict:
-            return False
-        trace_id = obj.get("trace_id")
-        service = obj.get("service") or ""
-        if type(trace_id) is not str or len(trace_id) != 32 or type(service) is not str:
-            return False
-        try:
-            raw = bytes.fromhex(trace_id)
-        except ValueError:
-            return False
-        # A rate of 0 is a rule's "filtered", which the gate decides and names.
-        if sampler.head_rate(service) <= 0 or sampler.keep_trace(raw, service):
-            return False
-        self._not_sampled[service] = self._not_sampled.get(service, 0) + 1
-        return True
-
     def _flush_not_sampled(self) -> None:
         if self._not_sampled:
             counts, self._not_sampled = self._not_sampled, Counter()
             for service, n in counts.items():
                 self.sink.not_sampled(service, n)
 
-    async def _hand_over_otlp(self, part: _Partition, record: ConsumerRecord) -> None:
+    async def _hand_over_otlp(self, part: Partition, record: ConsumerRecord) -> None:
         offsets = part.offsets
         offset = record.offset
         offsets.track(offset)
-        ack = self._ack_for(part, offset)
+        ack = self.commits.ack_for(part, offset)
         try:
             value = check_size(record.value, self.settings.max_message_bytes)
             request = decode_otlp(value, self.settings.format, self.settings.max_message_bytes)
@@ -446,9 +386,7 @@ class KafkaReceiver:
             # A TracesData message is also a valid ExportTraceServiceRequest encoding, so the
             # protobuf bytes can be forwarded untouched when nothing in them is held.
             raw = value if self.settings.format == "otlp_proto" else None
-            result = self.ingest.ingest(request, receiver=RECEIVER, raw=raw, ack=ack)
-            if inspect.isawaitable(result):
-                await result
+            await self.ingest.ingest(request, receiver=RECEIVER, raw=raw, ack=ack)
         except MessageError as exc:
             self._dead_letter(record, ack, exc.reason, exc.message)
             return
@@ -460,37 +398,16 @@ class KafkaReceiver:
 
     def _dead_letter(self, record: ConsumerRecord, ack: PendingAck, reason: str, error: str) -> None:
         """Copy the message to the dead-letter topic; its offset is done once that is written."""
-        assert self._dlq is not None
-        log.warning("kafka message %s[%d]@%d dead-lettered (%s): %s",
-                    record.topic, record.partition, record.offset, reason, error[:300])
-        self.dead_lettered += 1
-        ack.hold()
-        ack.seal()
+        assert self._dead_letters is not None
+        self._dead_letters.send(record, ack, reason, error)
 
-        async def send() -> None:
-            try:
-                await self._dlq.send(  # type: ignore[union-attr]
-                    key=record.key, value=record.value, headers=list(record.headers or ()),
-                    source_topic=record.topic, partition=record.partition, offset=record.offset,
-                    reason=reason, error=error)
-            finally:
-                ack.release()
-
-        task = asyncio.get_running_loop().create_task(send())
-        self._dlq_tasks.add(task)
-        task.add_done_callback(self._dlq_tasks.discard)
-
-    def _done(self, part: _Partition, offset: int) -> None:
-        if self._frozen:
-            return  # decided after shutdown froze the commit point: read again after a restart
-        part.offsets.done(offset)
-        self._progress.set()
-        if part.paused and self._consumer is not None and not part.offsets.revoked:
-            # Resume as soon as there is room rather than at the next turn of the read loop,
-            # which may be waiting out a fetch timeout.
+    def _resume_if_room(self, part: Partition) -> None:
+        """A message of a paused partition was done: resume as soon as there is room rather than
+        at the next turn of the read loop, which may be waiting out a fetch timeout."""
+        if self._consumer is not None:
             self._flow_control()
 
-    # -- back-pressure, lag, commits ------------------------------------------------------------
+    # -- back-pressure ------------------------------------------------------------------------
 
     def _flow_control(self) -> None:
         """Pause a partition at its bound (or every partition at the total bound); resume it once
@@ -498,7 +415,7 @@ class KafkaReceiver:
         assert self._consumer is not None
         high = self.settings.max_undone_per_partition
         total_cap = self._total_cap
-        total = self._undone()
+        total = self.commits.undone()
         for part in self._partitions.values():
             undone = part.offsets.undone
             if not part.paused and (undone >= high or total >= total_cap):
@@ -510,101 +427,14 @@ class KafkaReceiver:
                 except IllegalStateError:
                     pass  # revoked in between; the next assignment starts unpaused
 
-    async def _update_lag(self) -> None:
-        """`ctxprec_kafka_consumer_lag`: messages from the lowest one not yet decided to the end."""
-        assert self._consumer is not None
-        for part in list(self._partitions.values()):
-            high = self._consumer.highwater(part.tp)
-            if high is None:
-                continue  # no fetch answer for it yet
-            done_upto = part.offsets.low_watermark
-            if done_upto is None:
-                try:  # nothing read in this assignment: measure from where reading starts
-                    done_upto = await asyncio.wait_for(self._consumer.position(part.tp), 1.0)
-                except (IllegalStateError, asyncio.TimeoutError, KafkaError):
-                    continue
-            self.metrics.kafka_lag.labels(topic=part.tp.topic, partition=str(part.tp.partition)).set(
-                max(0, high - done_upto))
-
-    async def _commit_loop(self) -> None:
-        """Periodic commits, beside the read loop: waiting on the barrier (results delivery) must
-        not hold up reading."""
-        while True:
-            await asyncio.sleep(self.settings.commit_interval_s)
-            await self._commit(barrier_timeout_s=max(5.0, 10 * self.settings.commit_interval_s))
-
-    async def _commit(self, parts: list[_Partition] | None = None, *, barrier_timeout_s: float) -> None:
-        """Commit every partition whose done-offset moved. Failures are logged and retried at the
-        next interval (a failed commit only means more replays after a crash)."""
-        if self._consumer is None:
-            return
-        async with self._commit_lock:
-            chosen = parts if parts is not None else list(self._partitions.values())
-            offsets = {p.tp: p.offsets.pending_commit() for p in chosen}
-            offsets = {tp: off for tp, off in offsets.items() if off is not None}
-            if not offsets:
-                return
-            try:
-                if self.commit_barrier is not None:
-                    # Records of the messages below these offsets must be out before they commit.
-                    await asyncio.wait_for(self.commit_barrier(), barrier_timeout_s)
-                await self._consumer.commit(offsets)
-            except asyncio.TimeoutError:
-                log.warning("kafka commit postponed: score records not yet delivered after %.0fs", barrier_timeout_s)
-                return
-            except (CommitFailedError, IllegalStateError, KafkaError) as exc:
-                log.warning("kafka commit of %d partitions failed: %s", len(offsets), exc)
-                return
-            by_tp = {p.tp: p for p in chosen}
-            for tp, off in offsets.items():
-                by_tp[tp].offsets.mark_committed(off)
-
-    def _undone(self, parts: list[_Partition] | None = None) -> int:
-        chosen = parts if parts is not None else list(self._partitions.values())
-        return sum(p.offsets.undone for p in chosen)
-
-    async def _wait_progress(self, timeout: float) -> None:
-        self._progress.clear()
-        try:
-            await asyncio.wait_for(self._progress.wait(), timeout=max(0.01, min(timeout, 0.5)))
-        except asyncio.TimeoutError:
-            pass
-
-    # -- rebalance ------------------------------------------------------------------------------
-
-    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        parts = [self._partitions[tp] for tp in revoked if tp in self._partitions]
-        for part in parts:
-            part.offsets.revoked = True  # the read loop hands over nothing more of these
-        # Frozen (shutting down): nothing can move the commit point any more, so do not wait.
-        deadline = time.monotonic() + (0.0 if self._consumer is None or self._frozen else min(
-            REVOKE_DRAIN_S, self.settings.shutdown_drain_s))
-        while self._undone(parts) and time.monotonic() < deadline:
-            await self._wait_progress(deadline - time.monotonic())
-        await self._commit(parts, barrier_timeout_s=REVOKE_DRAIN_S)
-        for part in parts:
-            self._partitions.pop(part.tp, None)
-            try:
-                self.metrics.kafka_lag.remove(part.tp.topic, str(part.tp.partition))
-            except KeyError:
-                pass
-        if parts:
-            log.info("kafka partitions revoked: %s", sorted(p.tp.partition for p in parts))
-
-    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        for tp in assigned:
-            self._partitions[tp] = _Partition(tp)
-        if assigned:
-            log.info("kafka partitions assigned: %s", sorted(tp.partition for tp in assigned))
-
 
 class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, receiver: KafkaReceiver) -> None:
-        self.receiver = receiver
+    def __init__(self, commits: CommitPoint) -> None:
+        self.commits = commits
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.receiver.on_revoked(set(revoked))
+        await self.commits.revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.receiver.on_assigned(set(assigned))
+        self.commits.assigned(set(assigned))
 

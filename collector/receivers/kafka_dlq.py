@@ -8,6 +8,10 @@ untouched, to the dead-letter topic with headers that say why and where it came 
 The source partition must never stall on a bad message, so a send that keeps failing is given up
 after a few tries (counted in `ctxprec_export_dropped_total{exporter="kafka_dlq"}`). A value the
 broker refuses as too large is sent again cut to `TRUNCATED_BYTES`, marked `ctxprec.truncated`.
+
+`DeadLetters` is the receiver's side: a message is dead-lettered in the background, and its
+offset counts as done once the dead letter is written (or given up), so a bad message never
+stalls its partition; at shutdown the receiver lets the letters being written finish.
 """
 from __future__ import annotations
 
@@ -15,9 +19,12 @@ import asyncio
 import logging
 from typing import Any, Sequence
 
+from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import PendingAck
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +82,37 @@ class DeadLetterWriter:
         self.metrics.export_dropped.labels(exporter="kafka_dlq", reason="send_failed").inc()
         log.error("gave up dead-lettering %s[%d]@%d (%s): the message is skipped", source_topic, partition, offset, reason)
         return False
+
+
+class DeadLetters:
+    """Dead-letters consumed messages in the background; each one's ack is done once written."""
+
+    def __init__(self, writer: DeadLetterWriter) -> None:
+        self.writer = writer
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.count = 0
+
+    def send(self, record: ConsumerRecord, ack: PendingAck, reason: str, error: str) -> None:
+        log.warning("kafka message %s[%d]@%d dead-lettered (%s): %s",
+                    record.topic, record.partition, record.offset, reason, error[:300])
+        self.count += 1
+        ack.hold()
+        ack.seal()
+
+        async def send() -> None:
+            try:
+                await self.writer.send(
+                    key=record.key, value=record.value, headers=list(record.headers or ()),
+                    source_topic=record.topic, partition=record.partition, offset=record.offset,
+                    reason=reason, error=error)
+            finally:
+                ack.release()
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self, deadline: Deadline) -> None:
+        """Let the dead letters being written finish, so that their offsets count as done."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=max(0.1, deadline.left()))

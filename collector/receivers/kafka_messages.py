@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from ctxprec.collector.model import Retrieval, RetrievedContext
+from ctxprec.collector.model import RAG_EVENT, Retrieval, RetrievedContext
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_export_request
 from ctxprec.scorer.events import EventError, RagEvent, parse_rag_event, parse_rfc3339
 
@@ -93,7 +93,7 @@ def retrieval_from_event(event: RagEvent, *, message_time_ms: int | None = None)
         expected_output=event.expected_output,
         attributes=dict(event.attributes),
         end_time_unix_nano=end_ns,
-        convention="rag_event",
+        convention=RAG_EVENT,
         answer_source="event" if event.output else "none",
         resource={"service.name": event.service} if event.service else {},
     )

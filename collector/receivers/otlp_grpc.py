@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 import grpc
+from ctxprec.collector.components import Deadline, TraceConsumer
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
-from ctxprec.collector.receivers.otlp_http import IngestTarget
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
@@ -27,10 +27,13 @@ _PROTOBUF = "application/x-protobuf"
 # Messages a little over the limit still reach the handler, so they are counted and answered
 # with our message; far bigger ones are refused by gRPC itself.
 _SLACK = 1024 * 1024
+# Export calls in flight when the receiver stops get this long to end, whatever the shutdown
+# deadline: they are short, and what they bring in still has the deadline to be scored.
+GRACE_S = 1.0
 
 
 class OtlpGrpcReceiver:
-    def __init__(self, target: IngestTarget, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
         """Listens on `config.otlp_grpc`, with the receivers' auth, TLS and size limit."""
         config = config or ReceiversConfig()
         if config.otlp_grpc is None:
@@ -65,10 +68,13 @@ class OtlpGrpcReceiver:
         await server.start()
         self._server = server
 
-    async def stop(self, grace_s: float = 1.0) -> None:
+    async def finish(self, deadline: Deadline) -> None:
         if self._server is not None:
-            await self._server.stop(grace_s)
+            await self._server.stop(GRACE_S)
             self._server = None
+
+    async def close(self) -> None:
+        return None
 
     @property
     def listening(self) -> bool:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
-
 from aiohttp import web
+from ctxprec.collector.components import Deadline, TraceConsumer
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import (
@@ -22,7 +21,6 @@ from ctxprec.collector.receivers.otlp_decode import (
 )
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
@@ -35,13 +33,8 @@ _GRPC_CODE = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 413
               415: code_pb2.INVALID_ARGUMENT, 500: code_pb2.INTERNAL}
 
 
-class IngestTarget(Protocol):
-    async def ingest(self, request: ExportTraceServiceRequest, *, receiver: str, raw: bytes | None = None,
-                     ack: Any = None) -> None: ...
-
-
 class OtlpHttpReceiver:
-    def __init__(self, target: IngestTarget, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
         """Listens on `config.otlp_http`, with the receivers' auth, TLS and size limit."""
         config = config or ReceiversConfig()
         if config.otlp_http is None:
@@ -67,10 +60,14 @@ class OtlpHttpReceiver:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
 
-    async def stop(self) -> None:
+    async def finish(self, deadline: Deadline) -> None:
+        """Stop listening; requests being handled run to their end (they are short)."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def close(self) -> None:
+        return None
 
     @property
     def listening(self) -> bool:

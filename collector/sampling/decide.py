@@ -3,7 +3,7 @@
 Checks run cheapest-and-most-final first, so that a retrieval that could never be scored does
 not use up a throttle token or a budget share:
 
-    not_sampled / filtered -> no_contexts (no_content) -> duplicate -> throttled -> over_budget -> overloaded
+    [head decision, for a RAG event] -> not_sampled / filtered -> no_contexts (no_content) -> duplicate -> throttled -> over_budget -> overloaded
     -> the scoring queue (which later decides evaluated / failed)
 
 `submit` never blocks and never awaits: it runs on the receivers' path.
@@ -16,11 +16,12 @@ import os
 import resource
 import time
 from collections import OrderedDict
-from typing import Callable, Protocol
+from typing import Callable
 
-from ctxprec.collector.model import Decision, Outcome, Retrieval
+from ctxprec.collector.components import Deadline, Decisions, ScoringQueue, Stateless
+from ctxprec.collector.model import RAG_EVENT, SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.config import SamplingConfig
-from ctxprec.collector.sampling.sampler import TraceSampler
+from ctxprec.collector.sampling.sampler import TraceSampler, trace_id_bytes
 from ctxprec.scorer.judge.limits import TokenBucket
 
 THROTTLE_BURST_S = 10.0  # the score throttle lets ten seconds' worth through at once
@@ -35,21 +36,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-class ScoringQueue(Protocol):
-    def try_submit(self, retrieval: Retrieval) -> bool: ...
-
-
-class Decisions(Protocol):
-    """Where decisions go (exporters/fanout.ResultFanout): outcomes, and bulk counts of
-    retrievals that were never read (unsampled spans)."""
-
-    def emit(self, outcome: Outcome) -> None: ...
-
-    def count(self, service: str, decision: Decision, n: int = 1) -> None: ...
-
-
 class DailyBudget:
-    """A USD budget per UTC day. Spend is what finished scores cost; scores still in flight are
+    """A USD budget per UTC day, kept by the gate alone (scoring reports costs back to it). Spend is what finished scores cost; scores still in flight are
     reserved at the running average cost so that a burst cannot overshoot by a whole queue."""
 
     def __init__(self, usd_per_day: float, *, clock: Callable[[], float] = time.time) -> None:
@@ -148,8 +136,9 @@ class RecentKeys:
         return False
 
 
-class RetrievalGate:
-    """The pipeline's `RetrievalSink` (docs/INTERNALS.md)."""
+class RetrievalGate(Stateless):
+    """The pipeline's `RetrievalSink` (docs/INTERNALS.md). Once finished, whatever still
+    reaches it is decided `failed` with error type `shutdown`."""
 
     def __init__(
         self,
@@ -171,6 +160,15 @@ class RetrievalGate:
         self.recent = recent if recent is not None else RecentKeys()
         self.closed = False
 
+    async def finish(self, deadline: Deadline) -> None:
+        self.closed = True
+
+    def settled(self, cost_usd: float) -> None:
+        """A retrieval this gate queued was scored (or failed) at `cost_usd` (`ScoreCosts`, told
+        by the scoring workers): its budget reservation becomes spend."""
+        if self.budget is not None:
+            self.budget.settle(cost_usd)
+
     def not_sampled(self, service: str, count: int) -> None:
         """Retrievals that the head decision dropped without reading them."""
         if count > 0:
@@ -179,13 +177,24 @@ class RetrievalGate:
     def submit(self, retrieval: Retrieval) -> None:
         decision = self._decide(retrieval)
         if decision is not None:
-            error = ("shutdown", "the sidecar was shutting down") if decision is Decision.FAILED else None
+            error = (SHUTDOWN, "the sidecar was shutting down") if decision is Decision.FAILED else None
             self.decisions.emit(Outcome(retrieval, decision, error=error))
+
+    def _head_kept(self, r: Retrieval) -> bool:
+        """The head decision for a RAG event's trace, which sampling sees first (an OTLP trace's
+        was taken by assembly at its first span). An adaptive sampler remembers the rate a
+        boosted trace was kept at, which the exact decision below then records. A head rate of 0
+        is a rule's `filtered`: the exact decision names it. (The Kafka receiver's byte peek asks
+        this sampler the same question to count, unparsed, the events it drops.)"""
+        sampler = self.sampler
+        return sampler.head_rate(r.service) <= 0 or sampler.keep_trace(trace_id_bytes(r.trace_id), r.service)
 
     def _decide(self, r: Retrieval) -> Decision | None:
         """The decision, or None when the retrieval was queued for scoring."""
         if self.closed:
             return Decision.FAILED
+        if r.convention == RAG_EVENT and not self._head_kept(r):
+            return Decision.NOT_SAMPLED
         sample = self.sampler.decide(r.trace_id, r.service, r.attributes)
         r.sample_rate = sample.rate
         if not sample.sampled:

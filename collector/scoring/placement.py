@@ -8,13 +8,26 @@ small container beside the app, so it stays one process. `on` and `off` force th
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxprec.collector.config import ServeConfig
+from ctxprec.collector.components import Deadline
 from ctxprec.collector.scoring.engine_process import ProcessEngine
+from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
 from ctxprec.scorer.judge.chat import RequestObserver
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What placing the engine needs to know, and what building it needs."""
+
+    judge: JudgeConfig
+    scale: float = 1.0
+    process: str = "auto"  # --scoring-process: auto | on | off
+    reads_kafka: bool = False  # `auto` moves scoring out of a sidecar that reads Kafka
+    log_level: str = "info"  # the scoring process logs at the sidecar's level
 
 
 def usable_cpus() -> float:
@@ -41,15 +54,32 @@ def _cgroup_quota() -> float | None:
         return None
 
 
-def use_scoring_process(config: ServeConfig, *, cpus: float | None = None) -> bool:
-    if config.scoring.process != "auto":
-        return config.scoring.process == "on"
-    return config.kafka.enabled and (usable_cpus() if cpus is None else cpus) >= 2
+def use_scoring_process(placement: Placement, *, cpus: float | None = None) -> bool:
+    if placement.process != "auto":
+        return placement.process == "on"
+    return placement.reads_kafka and (usable_cpus() if cpus is None else cpus) >= 2
 
 
-def make_engine(config: ServeConfig, observer: RequestObserver) -> Any:
+def make_engine(placement: Placement, observer: RequestObserver) -> Any:
     """The scoring engine for `ScoringWorkers`, in or out of process."""
-    if use_scoring_process(config):
-        return ProcessEngine(config.judge.judge_config(), scale=config.judge.scale, observer=observer,
-                             log_level=config.log_level)
-    return build_engine(config.judge.judge_config(), scale=config.judge.scale, observer=observer)
+    if use_scoring_process(placement):
+        return ProcessEngine(placement.judge, scale=placement.scale, observer=observer,
+                             log_level=placement.log_level)
+    return build_engine(placement.judge, scale=placement.scale, observer=observer)
+
+
+class EngineStage:
+    """The scoring engine as a pipeline component: started (its judge client's one-time work,
+    `warm_up`) before the workers that use it, closed after they finished."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    async def start(self) -> None:
+        await self.engine.warm_up()
+
+    async def finish(self, deadline: Deadline) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self.engine.aclose()

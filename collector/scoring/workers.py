@@ -5,7 +5,7 @@ Ingestion only ever calls `try_submit`, which never waits: a full queue is the o
 failure is a `failed` decision with the error's kind, never an invented score. The outcome, with
 its score record, goes on to the `ResultSink` downstream; scoring knows nothing of exporters.
 
-Shutdown: `aclose(timeout_s)` stops taking work, lets the queue drain until the deadline, then
+Shutdown (`finish(deadline)`) stops taking work, lets the queue drain until the deadline, then
 cancels what is still running; everything not finished by then is decided `failed` with error
 type `shutdown`, so nothing is silently lost.
 """
@@ -17,10 +17,9 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from ctxprec.collector.components import ResultSink
+from ctxprec.collector.components import Deadline, ResultSink, ScoreCosts
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Outcome, Retrieval
-from ctxprec.collector.sampling.decide import DailyBudget
+from ctxprec.collector.model import SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
@@ -28,9 +27,6 @@ from ctxprec.scorer.records import failure_record, record_id, rfc3339, score_rec
 from ctxprec.scorer.result import ScoreResult
 
 log = logging.getLogger(__name__)
-
-SHUTDOWN = "shutdown"
-
 
 class ScoringWorkers:
     def __init__(
@@ -42,22 +38,22 @@ class ScoringWorkers:
         queue_size: int = 1000,
         workers: int = 8,
         metrics: Metrics | None = None,
-        budget: DailyBudget | None = None,
+        costs: ScoreCosts | None = None,
     ) -> None:
+        """`costs` is told what each score cost (the gate's daily budget), when there is one."""
         self.engine = engine
         self.downstream = downstream
         self.identity = identity
         self.queue_size = queue_size
         self.worker_count = workers
         self.metrics = metrics
-        self.budget = budget
+        self.costs = costs
         self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
         if metrics is not None:
             # Read at scrape time: setting it on every put and get cost more than the rest of a put.
             metrics.queue_depth.set_function(self._queue.qsize)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
-        self._cancelled = False
         self.in_flight = 0
 
     @property
@@ -116,8 +112,8 @@ class ScoringWorkers:
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
             document_ids=[documents.identity(c) for c in r.contexts])
-        if self.budget is not None:
-            self.budget.settle(result.usage.cost_usd)
+        if self.costs is not None:
+            self.costs.settled(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
 
     def _fail(self, r: Retrieval, error_type: str, message: str) -> None:
@@ -128,45 +124,32 @@ class ScoringWorkers:
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r))
-        if self.budget is not None:
-            self.budget.settle(0.0)
+        if self.costs is not None:
+            self.costs.settled(0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
 
-    async def drain(self, timeout_s: float) -> bool:
-        """Stop taking work and wait up to `timeout_s` for the queue to empty and the workers to
-        finish; True when everything was scored. Running workers are left running."""
+    async def finish(self, deadline: Deadline) -> None:
+        """Take no more work, let the queue drain until `deadline`, then cancel what is still
+        running: every retrieval taken in gets its decision, those cut short `failed` with error
+        type `shutdown` (their input stays unacknowledged, so a Kafka message is read again)."""
         self._closing = True
-        if not self._tasks:
-            return self._queue.empty()
-        try:
-            await asyncio.wait_for(self._queue.join(), timeout=max(0.0, timeout_s))
-        except asyncio.TimeoutError:
-            log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
-                        self._queue.qsize(), self.in_flight)
-            return False
-        return True
-
-    def cancel(self) -> None:
-        """Cancel the workers without yielding to the loop, so that no judge answer can still be
-        turned into a score after this call (the pipeline freezes the Kafka commit point just before:
-        what is scored is committed, what is cut is read again). `aclose` collects them."""
-        self._closing = self._cancelled = True
-        for task in self._tasks:
-            task.cancel()
-
-    async def aclose(self, timeout_s: float = 10.0) -> None:
-        """Drain within `timeout_s`, then cancel; every queued retrieval still gets a decision."""
         if self._tasks:
-            if not self._cancelled:
-                await self.drain(timeout_s)
-                self.cancel()
+            try:
+                await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
+            except asyncio.TimeoutError:
+                log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
+                            self._queue.qsize(), self.in_flight)
+            for task in self._tasks:
+                task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks = []
-        self._closing = True
         while not self._queue.empty():
             r = self._queue.get_nowait()
             self._queue.task_done()
             self._fail(r, SHUTDOWN, "the sidecar shut down before this retrieval was scored")
+
+    async def close(self) -> None:
+        return None
 
 
 def _timestamp(r: Retrieval) -> str | None:

@@ -133,10 +133,6 @@ class CircuitBreaker:
             return self.HALF_OPEN
         return self.OPEN
 
-    @property
-    def consecutive_failures(self) -> int:
-        return self._failures
-
     def before_call(self, model: str = "judge") -> bool:
         """Admit a call or raise JudgeUnavailable. Returns True when the call is the half-open
         probe (the caller then makes a single attempt and must report its outcome)."""

@@ -1,9 +1,12 @@
 """Every retrieval reaching the gate ends in exactly one decision, counted once."""
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
 from typing import Any
 
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import (
@@ -94,12 +97,12 @@ async def test_each_path_gives_exactly_one_decision() -> None:
     assert sample_count(metrics, "svc", "duplicate") == 1
 
     # Shutting down: the queued one is decided failed/shutdown, later arrivals too.
-    await workers.aclose(0.1)
+    await shutdown(workers, 0.1)
     gate.closed = True
     gate.submit(retrieval(7))
-    shutdown = [(span, d, attrs) for span, d, attrs in log if d is Decision.FAILED]
-    assert [s for s, _, _ in shutdown] == [f"{5:016x}", f"{7:016x}"]
-    assert all(attrs["error.type"] == "shutdown" for _, _, attrs in shutdown)
+    cut = [(span, d, attrs) for span, d, attrs in log if d is Decision.FAILED]
+    assert [s for s, _, _ in cut] == [f"{5:016x}", f"{7:016x}"]
+    assert all(attrs["error.type"] == "shutdown" for _, _, attrs in cut)
     assert sample_count(metrics, "svc", "failed") == 2
 
 
@@ -125,7 +128,7 @@ async def test_throttle_is_a_token_bucket_per_minute() -> None:
     gate.submit(retrieval(101))
     assert workers.depth == 11
     assert sample_count(metrics, "svc", "throttled") == 3
-    await workers.aclose(0)
+    await shutdown(workers, 0)
 
 
 async def test_daily_budget_stops_scoring_until_the_next_utc_day() -> None:
@@ -146,7 +149,7 @@ async def test_daily_budget_stops_scoring_until_the_next_utc_day() -> None:
     assert len(log) == 2 and workers.depth == 3
     assert budget.spent == 0.0
     assert sample_count(metrics, "svc", "over_budget") == 2
-    await workers.aclose(0)
+    await shutdown(workers, 0)
 
 
 async def test_budget_reserves_in_flight_scores_at_the_average_cost() -> None:
@@ -168,7 +171,7 @@ async def test_rss_over_the_cap_sheds_as_overloaded() -> None:
     gate2, workers2, _ = make_gate(rss_guard=RssGuard(current_rss_bytes() * 4), log=log)
     gate2.submit(retrieval(2))
     assert workers2.depth == 1
-    await workers2.aclose(0)
+    await shutdown(workers2, 0)
 
 
 def test_recent_keys_forget_after_the_window_and_stay_bounded() -> None:
@@ -197,3 +200,40 @@ def test_the_input_is_released_once_even_if_decided_twice() -> None:
     assert released == ["done"]
     assert [d for _, d, _ in log] == [Decision.EVALUATED, Decision.FAILED]  # both seen: the sinks decide
     assert sample_count(metrics, "svc", "evaluated") == 1
+
+
+class PricedEngine:
+    """The local judge, each score priced at `cost_usd` (as a paid model's usage would say)."""
+
+    def __init__(self, cost_usd: float) -> None:
+        self.inner = build_engine(JudgeConfig(model="local"))
+        self.cost_usd = cost_usd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def score(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.inner.score(*args, **kwargs)
+        return dataclasses.replace(result, usage=dataclasses.replace(result.usage, cost_usd=self.cost_usd))
+
+
+async def test_the_workers_report_each_score_s_cost_to_the_gate_s_budget() -> None:
+    metrics = Metrics()
+    engine = PricedEngine(0.02)
+    log: list[tuple[str, Decision, Any]] = []
+    fanout = ResultFanout(metrics, [DecisionLog(log, ScorerIdentity.of_engine(engine.inner))])
+    workers = ScoringWorkers(engine, downstream=fanout, identity=ScorerIdentity.of_engine(engine.inner), workers=1,
+                             metrics=metrics)
+    gate = RetrievalGate(sampler=Sampler(1.0), queue=workers, decisions=fanout, budget=DailyBudget(0.05))
+    workers.costs = gate  # the pipeline's "what each score cost" link
+    await workers.start()
+    for i in range(3):
+        gate.submit(retrieval(i, contexts=["[relevant] reset your password"]))
+        for _ in range(200):
+            if len(log) > i:
+                break
+            await asyncio.sleep(0.01)
+    # 0.04 spent after two; a third at the average cost would take the day to 0.06.
+    assert [d for _, d, _ in log] == [Decision.EVALUATED, Decision.EVALUATED, Decision.OVER_BUDGET]
+    assert gate.budget is not None and abs(gate.budget.spent - 0.04) < 1e-9
+    await shutdown(workers, 1.0)

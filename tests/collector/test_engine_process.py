@@ -15,10 +15,12 @@ from typing import Any, Awaitable, Callable
 import psutil
 import pytest
 from ctxprec.collector import config as config_module
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
+from ctxprec.collector.pipeline import placement_of
 from ctxprec.collector.scoring.engine_process import EXITED, UNAVAILABLE, ProcessEngine
 from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.collector.scoring.placement import (
@@ -433,7 +435,7 @@ def test_scoring_process_placement(mode: str, kafka: bool, cpus: float) -> None:
     assert config.scoring.process == mode and config.kafka.enabled == kafka
     # auto: only a Kafka reader with a second core to give away; on/off are not second-guessed.
     expected = {"on": True, "off": False, "auto": kafka and cpus >= 2}[mode]
-    assert use_scoring_process(config, cpus=cpus) is expected
+    assert use_scoring_process(placement_of(config), cpus=cpus) is expected
 
 
 def test_scoring_process_defaults_to_auto_and_cpus_are_counted() -> None:
@@ -449,8 +451,8 @@ def test_bogus_scoring_process_is_refused_naming_the_key() -> None:
 
 async def test_make_engine_follows_the_placement() -> None:
     events: list[RequestEvent] = []
-    on = make_engine(config_module.load(parse("--scoring-process", "on"), environ={}), events.append)
-    off = make_engine(config_module.load(parse("--scoring-process", "off"), environ={}), events.append)
+    on = make_engine(placement_of(config_module.load(parse("--scoring-process", "on"), environ={})), events.append)
+    off = make_engine(placement_of(config_module.load(parse("--scoring-process", "off"), environ={})), events.append)
     try:
         assert isinstance(on, ProcessEngine) and on.observer is not None and on.pid is None  # started lazily
         assert isinstance(off, ContextPrecisionEngine)
@@ -507,7 +509,7 @@ async def test_workers_over_a_process_engine_evaluate_every_retrieval(make_stub_
             assert pool.try_submit(r)
         await wait_for(lambda: len(log) == len(SAMPLES), timeout=20, what="every retrieval decided")
     finally:
-        await pool.aclose(5)
+        await shutdown(pool, 5)
         await engine.aclose()
     decided = {span_id: (decision, attrs) for span_id, decision, attrs in log}
     for i, score in enumerate(want):

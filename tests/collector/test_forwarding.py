@@ -13,11 +13,12 @@ import aiohttp
 import pytest
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.otlp_sender import OtlpSender, SenderSettings
 from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, PendingAck
+from ctxprec.collector.otlp.wire import remove_spans
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
@@ -103,10 +104,10 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
         yield make
     finally:
         for mode in modes:
-            await mode.http.stop()
-            await mode.grpc.stop()
-            await mode.ingest.stop()
-            await mode.writeback.stop(timeout_s=0)
+            await shutdown(mode.http, 1.0)
+            await shutdown(mode.grpc, 1.0)
+            await shutdown(mode.ingest, 0.0)
+            await shutdown(mode.writeback, 0.0)
 
 
 @pytest.mark.parametrize("downstream", ["http", "grpc"])
@@ -252,9 +253,9 @@ async def test_stop_hands_buffered_traces_to_the_sink(make_mode: Callable[..., A
     await mode.post(request_of(rag_trace(trace_id(True))))
     await asyncio.sleep(0.1)
     assert mode.sink.retrievals == []
-    await mode.ingest.stop()
+    await shutdown(mode.ingest, 0.0)
     assert len(mode.sink.retrievals) == 1
-    await mode.writeback.stop(timeout_s=0)  # the write-back, stopped undecided, sends it unscored
+    await shutdown(mode.writeback, 0.0)  # the write-back, stopped undecided, sends it unscored
     unscored = await mode.capture.wait_for_span("openinference.span.kind", "RETRIEVER")  # not lost either
     assert "gen_ai.evaluation.score.value" not in unscored.attributes
 
@@ -274,7 +275,7 @@ async def test_forwarder_retries_through_transient_failures(
         assert metrics.registry.get_sample_value(
             "ctxprec_exported_spans_total", {"exporter": "span_forwarder", "outcome": "ok"}) == 3
     finally:
-        await fw.stop()
+        await shutdown(fw, 5.0)
 
 
 async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> None:
@@ -303,7 +304,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
             await asyncio.sleep(0.02)
         assert fw.queued_bytes == 0
     finally:
-        await fw.stop()
+        await shutdown(fw, 5.0)
 
     rejecting = OtlpSender(SenderSettings(capture.http_url), metrics=metrics)
     await rejecting.start()
@@ -315,7 +316,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
     finally:
-        await rejecting.stop()
+        await shutdown(rejecting, 5.0)
 
 
 def test_forwarder_settings_are_validated() -> None:

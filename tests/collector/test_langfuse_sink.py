@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from ctxprec.collector import config as config_module
 from ctxprec.collector import serve as serve_module
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.langfuse_scores import score_id
 from ctxprec.collector.exporters.sinks import build_sinks
 from ctxprec.collector.metrics.registry import Metrics
@@ -208,7 +209,7 @@ async def test_429_and_5xx_are_retried_after_their_retry_after_and_nothing_is_lo
     for i in range(3):
         sink.emit(outcome(i))
     await until(lambda: len(receiver.requests) == 4)
-    await sink.stop(1.0)
+    await shutdown(sink, 1.0)
     times = [r.at for r in receiver.requests]
     assert times[1] - times[0] >= 1.0  # Retry-After: 1
     assert times[3] - times[2] >= 0.5
@@ -225,7 +226,7 @@ async def test_what_langfuse_keeps_refusing_is_counted_by_reason(receiver: Langf
     for i in range(4):
         sink.emit(outcome(i))
     await until(lambda: dropped(metrics, "unavailable") == 4)
-    await sink.stop(0.5)
+    await shutdown(sink, 0.5)
 
     receiver.always = None
     receiver.requests.clear()
@@ -239,7 +240,7 @@ async def test_what_langfuse_keeps_refusing_is_counted_by_reason(receiver: Langf
     sink.emit(outcome(12))
     sink.emit(outcome(13))
     await until(lambda: dropped(metrics, "rejected") == 2)
-    await sink.stop(1.0)
+    await shutdown(sink, 1.0)
     assert metrics.registry.get_sample_value("ctxprec_exported_spans_total",
                                              {"exporter": "langfuse", "outcome": "ok"}) == 1
     assert len(receiver.requests) == 3  # refusals are not sent again
@@ -252,7 +253,7 @@ async def test_failed_and_unscored_outcomes_send_nothing(receiver: LangfuseRecei
     sink.emit(Outcome(base.retrieval, Decision.THROTTLED))
     sink.emit(outcome(2))
     await until(lambda: len(receiver.scores) == 1)
-    await sink.stop(1.0)
+    await shutdown(sink, 1.0)
     assert receiver.scores[0]["traceId"] == outcome(2).retrieval.trace_id
 
 

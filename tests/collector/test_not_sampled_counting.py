@@ -16,8 +16,10 @@ from ctxprec.collector.assembly.conventions import (
     Conventions,
 )
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
-from ctxprec.collector.assembly.spans import service_name, span_record
+from ctxprec.collector.assembly.spans import span_record
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.values import service_name
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 from ctxprec.collector.sampling.sampler import Sampler
@@ -102,7 +104,7 @@ def make_ingest(rate: float, config: ConventionConfig | None = None) -> tuple[Ot
 
 async def run(ingest: OtlpIngest, request: ExportTraceServiceRequest) -> None:
     await ingest.ingest(request, receiver="otlp_http", raw=request.SerializeToString())
-    await ingest.stop()  # hands every buffered (sampled) trace to the sink
+    await shutdown(ingest, 0.0)  # hands every buffered (sampled) trace to the sink
 
 
 async def test_each_convention_is_counted_from_the_first_request() -> None:
@@ -253,5 +255,5 @@ async def test_real_sdk_export_counts_every_convention() -> None:
             await asyncio.sleep(0.02)
         assert sink.not_sampled_counts == {"sdk-app": 6}
     finally:
-        await receiver.stop()
-        await ingest.stop()
+        await shutdown(receiver, 1.0)
+        await shutdown(ingest, 0.0)

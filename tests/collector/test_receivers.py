@@ -17,6 +17,7 @@ import requests
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
@@ -101,9 +102,9 @@ async def make_stack() -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
         yield make
     finally:
         for stack in stacks:
-            await stack.http.stop()
-            await stack.grpc.stop()
-            await stack.ingest.stop()
+            await shutdown(stack.http, 1.0)
+            await shutdown(stack.grpc, 1.0)
+            await shutdown(stack.ingest, 0.0)
 
 
 async def send_sdk(exporter: SpanExporter, traces: int = 1) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import pytest
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.sink_queue import (
     SENT,
     QueueSettings,
@@ -95,7 +96,7 @@ async def test_items_go_in_batches_and_offering_never_waits_for_the_backend() ->
         assert queue.offer(i)
     assert time.perf_counter() - began < 0.05  # the backend takes 0.2 s a call; offering did not wait
     await until(lambda: len(backend.sent) == 25)
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
     assert backend.sent == list(range(25))  # in order
     assert max(len(batch) for _, batch in backend.calls) == 10
     assert value(metrics, "ctxprec_exported_spans_total", exporter="test", outcome="ok") == 25
@@ -108,7 +109,7 @@ async def test_a_full_queue_drops_the_new_item_and_counts_it() -> None:
     await queue.start()
     assert [queue.offer(i) for i in range(5)] == [True, True, True, False, False]
     assert dropped_count(metrics, "queue_full") == 2
-    await queue.stop(0.0)
+    await shutdown(queue, 0.0)
     assert dropped_count(metrics, "shutdown") == 3
 
 
@@ -121,7 +122,7 @@ async def test_an_unavailable_backend_pauses_the_sink_for_its_retry_after_and_lo
     await until(lambda: len(backend.calls) >= 2)
     backend.down = False
     await until(lambda: len(backend.sent) == 5)
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
     (first, batch), (second, _) = backend.calls[0], backend.calls[1]
     assert batch == [0, 1, 2, 3, 4]  # one request for all while down, not one per item
     assert second - first >= 0.6  # Retry-After honoured (the backoff alone would be ~10 ms)
@@ -141,7 +142,7 @@ async def test_what_cannot_go_before_the_deadline_is_dropped_as_unavailable() ->
     backend.down = False
     queue.offer(9)
     await until(lambda: backend.sent == [9])
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
 
 
 async def test_an_item_that_must_wait_is_retried_alone_while_the_others_go() -> None:
@@ -155,7 +156,7 @@ async def test_an_item_that_must_wait_is_retried_alone_while_the_others_go() -> 
     assert all(batch == [2] for _, batch in backend.calls[1:])
     backend.missing.clear()  # the span arrived in the backend
     await until(lambda: 2 in backend.sent)
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
     assert dropped_count(metrics, "span_not_found") == 0
 
 
@@ -166,7 +167,7 @@ async def test_an_item_still_waiting_at_its_deadline_is_dropped_with_its_reason(
     for i in range(3):
         queue.offer(i)
     await until(lambda: dropped_count(metrics, "span_not_found") == 1, timeout=3)
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
     assert backend.sent == [0]
     assert dropped_count(metrics, "rejected") == 1
     assert value(metrics, "ctxprec_exported_spans_total", exporter="test", outcome="failed") == 2
@@ -179,7 +180,7 @@ async def test_stop_sends_what_is_queued_then_drops_the_rest_as_shutdown() -> No
     for i in range(3):
         queue.offer(i)
     began = time.monotonic()
-    await queue.stop(2.0)
+    await shutdown(queue, 2.0)
     assert time.monotonic() - began < 1.0  # stop does not linger
     assert backend.sent == [0, 1, 2]
 
@@ -188,7 +189,7 @@ async def test_stop_sends_what_is_queued_then_drops_the_rest_as_shutdown() -> No
     await queue.start()
     queue.offer(1)
     began = time.monotonic()
-    await queue.stop(0.3)
+    await shutdown(queue, 0.3)
     assert 0.25 <= time.monotonic() - began < 1.0  # within its time
     assert dropped_count(metrics, "shutdown") == 1
     assert not queue.offer(2) and dropped_count(metrics, "shutdown") == 2
@@ -207,7 +208,7 @@ async def test_a_failure_is_a_warning_once_then_a_count_and_recovery_is_one_info
     await asyncio.sleep(0.5)  # the next report: one line with the count
     backend.down = False
     await until(lambda: backend.sent == [1])
-    await queue.stop(1.0)
+    await shutdown(queue, 1.0)
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("test sink: ") and "more failures in the last minute (unavailable" in line
                for line in lines)

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from ctxprec.collector.metrics.confidence import WeightedSums
-from ctxprec.collector.metrics.drift import MetricsSink
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.sink import MetricsSink
 from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
 from ctxprec.scorer.result import ScoreResult, Verdict
 

@@ -5,6 +5,7 @@ import asyncio
 import json
 from typing import Any, Awaitable, Callable
 
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
@@ -85,7 +86,7 @@ async def test_scores_follow_the_judge_and_fan_out_before_the_decision(make_stub
     assert [(v["index"], v["relevant"]) for v in verdicts] == [(0, True), (1, False), (2, True)]
     assert attrs["ctxprec.first_relevant_rank"] == 1 and attrs["ctxprec.k"] == 3 and attrs["ctxprec.sample_rate"] == 0.5
     assert metrics.registry.get_sample_value("ctxprec_samples_total", {"service": "svc", "decision": "evaluated"}) == 2
-    await pool.aclose(5)
+    await shutdown(pool, 5)
     await pool.engine.aclose()
 
 
@@ -104,7 +105,7 @@ async def test_judge_failure_is_a_failed_decision_with_no_score(make_stub_judge:
     assert attrs["error.type"] == outcome.error[0]
     assert not any(k.startswith("gen_ai.evaluation.score") or k == "evaluations.0.evaluation.score" for k in attrs)
     assert metrics.registry.get_sample_value("ctxprec_samples_total", {"service": "svc", "decision": "failed"}) == 1
-    await pool.aclose(5)
+    await shutdown(pool, 5)
     await pool.engine.aclose()
 
 
@@ -118,7 +119,7 @@ async def test_full_queue_refuses_without_waiting(make_stub_judge: MakeStub) -> 
     assert 2 <= sum(accepted) <= 3 and not accepted[-1]
     await wait_for(lambda: len(log) == sum(accepted))
     assert all(d is Decision.EVALUATED for _, d, _ in log)
-    await pool.aclose(5)
+    await shutdown(pool, 5)
     await pool.engine.aclose()
 
 
@@ -132,7 +133,7 @@ async def test_shutdown_decides_everything_unfinished_as_failed_shutdown(make_st
         assert pool.try_submit(retrieval(i, ["[relevant] a"]))
     await asyncio.sleep(0.2)
     started = asyncio.get_running_loop().time()
-    await pool.aclose(0.3)
+    await shutdown(pool, 0.3)
     assert asyncio.get_running_loop().time() - started < 2.5  # did not wait for the slow judge
     assert sorted(s for s, _, _ in log) == sorted(f"{i:016x}" for i in range(8))
     assert all(d is Decision.FAILED and a["error.type"] == "shutdown" for _, d, a in log)
@@ -148,7 +149,7 @@ async def test_shutdown_drains_work_that_finishes_within_the_deadline(make_stub_
     await pool.start()
     for i in range(6):
         pool.try_submit(retrieval(i, [f"[relevant] doc {i}"]))
-    await pool.aclose(10)
+    await shutdown(pool, 10)
     assert len(log) == 6 and all(d is Decision.EVALUATED for _, d, _ in log)
     await pool.engine.aclose()
 
@@ -165,7 +166,7 @@ async def test_records_carry_when_the_retrieval_happened(make_stub_judge: MakeSt
     pool.try_submit(when)
     pool.try_submit(unknown)
     await wait_for(lambda: len(sink.outcomes) == 2)
-    await pool.aclose(5)
+    await shutdown(pool, 5)
     await pool.engine.aclose()
     by_span = {o.retrieval.span_id: o.record for o in sink.outcomes}
     assert by_span[f"{1:016x}"]["timestamp"] == "2025-11-29T12:00:00.250Z"

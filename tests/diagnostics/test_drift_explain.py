@@ -12,8 +12,9 @@ from ctxprec.collector.diagnostics.drift_explain import DriftExplainer, explain
 from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
 from ctxprec.collector.diagnostics.sink import DiagnosticsSink
 from ctxprec.collector.diagnostics.slices import OTHER, UNSET, SliceTracker
-from ctxprec.collector.metrics.drift import DriftMonitor, MetricsSink
+from ctxprec.collector.metrics.drift import DriftMonitor
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.metrics.sink import MetricsSink
 from tests.diagnostics.streams import Scored, outcome
 
 SLICED = ("index.version", "tenant.tier")
@@ -41,6 +42,7 @@ def drifting_service(seed: int, *, new_version: bool = False, change_at: int = 1
     logger.propagate = False
     logger.addHandler(Collect(records))
     sink = DiagnosticsSink(DiagnosticsSettings(slice_attributes=SLICED), metrics=metrics, drift=drift, logger=logger)
+    drift.on_alarm = sink.explainer
     metrics_sink = MetricsSink(metrics, drift)
     alarm_at = None
     bad_version = "v3" if new_version else "v2"

@@ -9,6 +9,7 @@ import json
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Retrieval
@@ -110,7 +111,7 @@ async def test_bounded_undone_commit_below_lowest_and_resume(broker: Broker, uni
         assert sum(c or 0 for c in committed.values()) == EVENTS
         assert sorted(sink.seen) == sorted(e["trace_id"] for e in events)
     finally:
-        await receiver.stop()
+        await shutdown(receiver, 10.0)
 
 
 def _key_partition(trace_id: str, partitions: int) -> int:
@@ -174,7 +175,7 @@ async def test_back_pressure_inside_a_large_batch_hands_each_kept_event_over_onc
     finally:
         drainer.cancel()
         await asyncio.gather(drainer, return_exceptions=True)
-        await receiver.stop()
+        await shutdown(receiver, 10.0)
     assert sink.seen == kept  # each once, in offset order
     assert sink.dropped == len(events) - len(kept)
     consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)

@@ -1,7 +1,7 @@
 """Fuzzing the collector's parsers of untrusted wire data: OTLP body decoding
 (collector/receivers/otlp_decode.py), Kafka message values (receivers/kafka_messages.py), span
 copying and retrieval extraction (assembly/spans.py, conventions.py) fed arbitrary protobuf
-spans, and the byte-level span cutter of span mode (assembly/wire.py). Each may raise only its
+spans, and the byte-level span cutter of span mode (otlp/wire.py). Each may raise only its
 documented error type (DecodeError, MessageError; nothing at all for extraction and cutting),
 must finish well within the deadline, and must return output bounded by its input and its
 configured limits."""
@@ -19,7 +19,7 @@ from ctxprec.collector.assembly.conventions import (
     Conventions,
 )
 from ctxprec.collector.assembly.spans import span_record
-from ctxprec.collector.assembly.wire import remove_spans
+from ctxprec.collector.otlp.wire import remove_spans
 from ctxprec.collector.receivers.kafka_messages import (
     MessageError,
     check_size,

@@ -19,6 +19,7 @@ import yaml
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 from ctxprec.collector.assembly.spans import span_record
+from ctxprec.collector.components import shutdown
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Retrieval
 from ctxprec.collector.receivers.otlp_decode import decode_export_request
@@ -130,7 +131,7 @@ async def ingest_all(name: str, rate: float, config: ConventionConfig | None = N
                         settings=IngestSettings(conventions=config or ConventionConfig()))
     for request, raw in requests(name):
         await ingest.ingest(request, receiver="otlp_http", raw=raw)
-    await ingest.stop()
+    await shutdown(ingest, 0.0)  # hands every buffered (sampled) trace to the sink
     return sink
 
 

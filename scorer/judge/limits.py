@@ -1,12 +1,14 @@
-"""Limits that keep the judge within a provider's quotas and stop us hammering a judge that is down:
-a requests/tokens-per-minute rate limiter over token buckets, and a circuit breaker. (Backoff
-between attempts is scorer/retry.py's.)
+"""Limits that keep the judge within a provider's quotas and stop us hammering a judge that is down
+or queueing: a requests/tokens-per-minute rate limiter over token buckets, the requests in flight
+(adapted to the judge's latency), and a circuit breaker. (Backoff between attempts is
+scorer/retry.py's.)
 
 Both take an injectable clock so that their arithmetic is testable without sleeping."""
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import Callable
 
 from ctxprec.scorer.judge.chat import JudgeUnavailable
@@ -175,3 +177,105 @@ class CircuitBreaker:
         """The probe ended without a verdict on the judge (cancelled, or a client error): let the
         next caller probe instead."""
         self._probe_in_flight = False
+
+
+class AdaptiveLimit:
+    """How many judge requests may be in flight: at most `ceiling`, and with `adaptive` fewer
+    while the judge's latency says it is queueing them.
+
+    A server that answers one request at a time (llama.cpp's, llama-cpp-python's, a small vLLM)
+    queues the others, and each one's latency grows with the requests ahead of it; past the
+    timeout they are abandoned while the server still works on them. What it measures is the
+    latency of each answer from when it left our own queue, per unit of work (prompt tokens / 10
+    + completion tokens: generating a token costs about ten times reading one), so that large
+    and small requests compare:
+
+    - `floor`: the lowest unit latency of the last FLOOR_WINDOW answers (the judge unqueued);
+    - `smoothed`: the recent unit latency (EWMA);
+    - while `smoothed` stays within TOLERANCE x `floor` the limit grows: by one per answer at
+      first (doubling each round trip, from 1, like TCP's slow start), by 1/limit after the
+      first decrease;
+    - when it climbs past that, the limit is scaled by TOLERANCE x floor / smoothed (at most
+      halved), and on a timeout, a 429 or a 503 it is halved; after a decrease there is none
+      again for one smoothed latency, so a burst of answers to the same queue counts once.
+
+    Against a one-slot server the limit settles between 1 and 2; against a hosted API whose
+    latency does not grow with load it reaches `ceiling` within a few round trips. Waiters are
+    served in arrival order."""
+
+    FLOOR_WINDOW = 64
+    TOLERANCE = 1.5
+    SMOOTHING = 0.25
+
+    def __init__(self, ceiling: int, *, adaptive: bool = True, clock: Clock = time.monotonic) -> None:
+        self.ceiling = ceiling
+        self.adaptive = adaptive
+        self.limit = 1.0 if adaptive else float(ceiling)
+        self.in_flight = 0
+        self.slow_start = adaptive
+        self._clock = clock
+        self._window: deque[float] = deque(maxlen=self.FLOOR_WINDOW)
+        self.smoothed: float | None = None
+        self._hold_until = 0.0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def allowed(self) -> int:
+        return max(1, min(self.ceiling, int(self.limit)))
+
+    @property
+    def floor(self) -> float | None:
+        return min(self._window) if self._window else None
+
+    async def acquire(self) -> None:
+        if self.in_flight < self.allowed and not self._waiters:
+            self.in_flight += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._release_slot()  # granted and cancelled at once: hand the slot on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < self.allowed:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+    def answered(self, latency_s: float, units: float) -> None:
+        """A usable answer after `latency_s` for `units` of work."""
+        if not self.adaptive:
+            return
+        unit = latency_s / max(units, 1.0)
+        self._window.append(unit)
+        self.smoothed = unit if self.smoothed is None else self.smoothed + self.SMOOTHING * (unit - self.smoothed)
+        floor = min(self._window)
+        if self.smoothed <= self.TOLERANCE * floor:
+            self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+            self._wake()
+        elif self._clock() >= self._hold_until:
+            self._decrease(max(0.5, self.TOLERANCE * floor / self.smoothed), latency_s)
+
+    def overloaded(self, latency_s: float) -> None:
+        """A timeout, a 429 or a 503: the judge has more than it can take."""
+        if self.adaptive and self._clock() >= self._hold_until:
+            self._decrease(0.5, latency_s)
+
+    def _decrease(self, factor: float, latency_s: float) -> None:
+        self.slow_start = False
+        self.limit = max(1.0, self.limit * factor)
+        self._hold_until = self._clock() + latency_s

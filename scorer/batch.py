@@ -28,6 +28,7 @@ from ctxprec.scorer.events import EventError, KeyNotes, RagEvent, RawEvent, pars
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
 from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.result import JudgeUsage
 from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool
 
 DEFAULT_MODEL = "local"
@@ -202,6 +203,8 @@ class BatchSummary:
     score_sum: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
+    failed_calls: int = 0  # judge calls (HTTP attempts) of the samples that failed, from their records
+    failed_cost_usd: float = 0.0
 
     @property
     def failed(self) -> int:
@@ -211,6 +214,9 @@ class BatchSummary:
         self.events += 1
         if record.get("error"):
             self.failures[record["error"]["type"]] += 1
+            judge = record.get("judge") or {}
+            self.failed_calls += judge.get("calls", 0)
+            self.failed_cost_usd += judge.get("cost_usd", 0.0)
         else:
             self.scored += 1
             self.score_sum += record["score"]
@@ -228,6 +234,9 @@ class BatchSummary:
                 f"{judge.requests} requests ({judge.failed_requests} failed), {judge.prompt_tokens} prompt tokens, "
                 f"{judge.completion_tokens} completion tokens, cost ${judge.cost_usd:.4f}"
             )
+            if self.failures:
+                traffic += (f" (of which the failed samples' {self.failed_calls} calls, "
+                            f"${self.failed_cost_usd:.4f})")
         return (
             f"ctxprec score: {source}: {self.events} events, {self.scored} scored, {failed}; "
             f"mean score {mean}\n"
@@ -396,7 +405,7 @@ async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no:
             event.query, event.context_texts, output=event.output, expected_output=event.expected_output
         )
     except JudgeError as exc:
-        return _failure(engine, event, line_no, exc.kind, str(exc))
+        return _failure(engine, event, line_no, exc.kind, str(exc), usage=exc.usage)
     except ValueError as exc:
         return _failure(engine, event, line_no, "bad_input", str(exc))
     except asyncio.CancelledError:
@@ -414,6 +423,7 @@ def _failure(
     message: str,
     *,
     decision: str = "failed",
+    usage: JudgeUsage | None = None,
 ) -> dict[str, Any]:
     return failure_record(
         error_type=kind,
@@ -421,6 +431,7 @@ def _failure(
         scale=engine.scale,
         k=len(event.contexts),
         decision=decision,
+        usage=usage,
         **_event_fields(engine, event),
     )
 

@@ -121,8 +121,13 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         for setting in fields(self):
+            parse, value = setting.metadata["parse"], getattr(self, setting.name)
             try:
-                setattr(self, setting.name, setting.metadata["parse"](getattr(self, setting.name)))
+                if parse is parse_bool and not isinstance(value, bool):
+                    # Text such as "yes" is read by the flags' and the config file's parsers; a
+                    # library caller passes a bool.
+                    raise ValueError(f"must be true or false, got {value!r}")
+                setattr(self, setting.name, parse(value))
             except ValueError as exc:
                 raise ValueError(f"{setting.name}: {exc}") from None
 

@@ -186,11 +186,13 @@ class JudgeTally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    failed_by_outcome: Counter[str] = field(default_factory=Counter)
 
     def __call__(self, event: RequestEvent) -> None:
         self.requests += 1
         if event.outcome != "ok":
             self.failed_requests += 1
+            self.failed_by_outcome[event.outcome] += 1
         self.prompt_tokens += event.prompt_tokens
         self.completion_tokens += event.completion_tokens
         self.cost_usd += event.cost_usd
@@ -230,8 +232,11 @@ class BatchSummary:
         if model.strip().lower() == DEFAULT_MODEL:  # the local judge makes no requests to count
             traffic = "offline, no requests"
         else:
+            failed_requests = f"{judge.failed_requests} failed"
+            if judge.failed_by_outcome:
+                failed_requests += ": " + ", ".join(f"{kind} {n}" for kind, n in sorted(judge.failed_by_outcome.items()))
             traffic = (
-                f"{judge.requests} requests ({judge.failed_requests} failed), {judge.prompt_tokens} prompt tokens, "
+                f"{judge.requests} requests ({failed_requests}), {judge.prompt_tokens} prompt tokens, "
                 f"{judge.completion_tokens} completion tokens, cost ${judge.cost_usd:.4f}"
             )
             if self.failures:

@@ -220,16 +220,15 @@ class LimitedChatClient:
                     # One-time setup (litellm's cold import: seconds, more on a busy machine) is
                     # not the judge's answer time: keep it out of the attempt's timeout.
                     prepare()
-                form = self._forms.form if json_mode else "off"
-                body_format = response_format(form, schema) if json_mode else None
-                reply, error, latency_s = await self._attempt(messages, max_tokens, body_format)
+                reply, error, latency_s, form, doubted = await self._attempt(
+                    messages, max_tokens, schema if json_mode else False)
                 if error is None:
                     assert reply is not None
                     if json_mode:
                         self._forms.accepted(form)
                     return await self._succeeded(reply, messages, estimate, latency_s, attempts)
                 self._emit(error.outcome, latency_s)
-                if json_mode and error.status in REJECTING_STATUSES \
+                if doubted and error.status is not None \
                         and await self._forms.rejected(form, error.status, self._probe):
                     # The endpoint does not take this form: again in the one it takes, at once.
                     continue
@@ -246,12 +245,30 @@ class LimitedChatClient:
             raise
 
     async def _attempt(
-        self, messages: Sequence[ChatMessage], max_tokens: int | None, body_format: dict[str, Any] | None
-    ) -> tuple[TransportReply | None, AttemptError | None, float]:
-        """One HTTP attempt inside the in-flight limit; its timeout starts when it leaves our queue."""
+        self, messages: Sequence[ChatMessage], max_tokens: int | None, schema: dict[str, Any] | None | bool,
+        form: str | None = None,
+    ) -> tuple[TransportReply | None, AttemptError | None, float, str, bool]:
+        """One HTTP attempt inside the in-flight limit; its timeout starts when it leaves our queue.
+        `schema` False: no response_format. The form is read once the request leaves the queue
+        (calls that waited there go out in the form settled meanwhile) unless `form` is given.
+        Returns the reply or the error, the latency, the form used, and whether the answer put
+        the form in doubt (then the caller must call FormChooser.rejected)."""
         reply: TransportReply | None = None
         error: AttemptError | None = None
-        await self._in_flight.acquire()
+        doubted = False
+        form_given = form
+        while True:
+            if form is None:
+                await self._forms.sweep_done()  # a call must not go out in a form being probed
+            sent_with = await self._in_flight.acquire()
+            if form is not None or not self._forms.in_doubt:
+                break
+            self._in_flight.release()  # the form came in doubt while this call waited for its slot
+        if schema is False:
+            form, body_format = "off", None
+        else:
+            form = form or self._forms.form
+            body_format = response_format(form, schema or None)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -264,20 +281,21 @@ class LimitedChatClient:
             error = AttemptError("timeout", f"no answer within {self._timeout_s:g}s")
         finally:
             latency_s = time.perf_counter() - started
+            if error is not None and error.status is not None and form_given is None and schema is not False:
+                doubted = self._forms.doubt(form, error.status)  # before the slot goes to the next call
             self._in_flight.release()
         if reply is not None:
             units = (reply.prompt_tokens or _estimate_tokens(messages)) / _PROMPT_TOKENS_PER_UNIT + (
                 reply.completion_tokens or -(-len(reply.text) // 4))
-            self._in_flight.answered(latency_s, units)
+            self._in_flight.answered(latency_s, units, sent_with)
         elif error is not None and (error.outcome in ("timeout", "rate_limited") or error.status == 503):
             self._in_flight.overloaded(latency_s)
-        return reply, error, latency_s
+        return reply, error, latency_s, form, doubted
 
     async def _probe(self, form: str) -> int | None:
         """Send the structured-output probe in `form`: the HTTP status of the answer, or None
         when the attempt proved nothing about the form."""
-        body_format = response_format(form, verdict_schema([0]))
-        reply, error, latency_s = await self._attempt(_PROBE_MESSAGES, _PROBE_MAX_TOKENS, body_format)
+        reply, error, latency_s, _, _ = await self._attempt(_PROBE_MESSAGES, _PROBE_MAX_TOKENS, verdict_schema([0]), form)
         if reply is not None:
             prompt_tokens, completion_tokens = reply.prompt_tokens or 0, reply.completion_tokens or 0
             prompt_price, completion_price = (self._prices or await self._resolve_prices()).at()

@@ -185,27 +185,28 @@ class AdaptiveLimit:
 
     A server that answers one request at a time (llama.cpp's, llama-cpp-python's, a small vLLM)
     queues the others, and each one's latency grows with the requests ahead of it; past the
-    timeout they are abandoned while the server still works on them. What it measures is the
-    latency of each answer from when it left our own queue, per unit of work (prompt tokens / 10
-    + completion tokens: generating a token costs about ten times reading one), so that large
-    and small requests compare:
+    timeout they are abandoned while the server still works on them. What is measured is each
+    answer's latency from when it left our own queue, per unit of work (prompt tokens / 10 +
+    completion tokens: writing a token costs about ten times reading one), so that large and
+    small requests compare:
 
     - `floor`: the lowest unit latency of the last FLOOR_WINDOW answers (the judge unqueued);
     - `smoothed`: the recent unit latency (EWMA);
-    - while `smoothed` stays within TOLERANCE x `floor` the limit grows: by one per answer at
-      first (doubling each round trip, from 1, like TCP's slow start), by 1/limit after the
-      first decrease;
-    - when it climbs past that, the limit is scaled by TOLERANCE x floor / smoothed (at most
-      halved), and on a timeout, a 429 or a 503 it is halved; after a decrease there is none
-      again for one smoothed latency, so a burst of answers to the same queue counts once.
+    - an answer within TOLERANCE x `floor` that was sent with the limit in use (as many in
+      flight as allowed: it tested the limit) raises the limit: by one (doubling each round
+      trip, from 1, like TCP's slow start) until the first decrease, by 1/limit after it;
+    - when both the answer and `smoothed` are past TOLERANCE x `floor` (queueing persists, not
+      one slow answer), the limit is scaled by TOLERANCE x floor / unit latency (at most
+      halved); on a timeout, a 429 or a 503 it is halved. After a decrease there is none again
+      for one latency, so a burst of answers from the same queue counts once.
 
-    Against a one-slot server the limit settles between 1 and 2; against a hosted API whose
-    latency does not grow with load it reaches `ceiling` within a few round trips. Waiters are
-    served in arrival order."""
+    Against a one-slot server the limit moves between 1 and 2 (latency at most about twice one
+    request's); against a hosted API whose latency does not grow with load it reaches `ceiling`
+    within a few round trips. Waiters are served in arrival order."""
 
     FLOOR_WINDOW = 64
     TOLERANCE = 1.5
-    SMOOTHING = 0.25
+    SMOOTHING = 0.3
 
     def __init__(self, ceiling: int, *, adaptive: bool = True, clock: Clock = time.monotonic) -> None:
         self.ceiling = ceiling
@@ -227,10 +228,11 @@ class AdaptiveLimit:
     def floor(self) -> float | None:
         return min(self._window) if self._window else None
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the requests in flight with this one (what it tests)."""
         if self.in_flight < self.allowed and not self._waiters:
             self.in_flight += 1
-            return
+            return self.in_flight
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -241,6 +243,7 @@ class AdaptiveLimit:
             elif waiter in self._waiters:
                 self._waiters.remove(waiter)
             raise
+        return self.in_flight
 
     def release(self) -> None:
         self._release_slot()
@@ -256,19 +259,21 @@ class AdaptiveLimit:
                 self.in_flight += 1
                 waiter.set_result(None)
 
-    def answered(self, latency_s: float, units: float) -> None:
-        """A usable answer after `latency_s` for `units` of work."""
+    def answered(self, latency_s: float, units: float, sent_with: int) -> None:
+        """A usable answer after `latency_s` for `units` of work, sent with `sent_with` requests
+        in flight (itself included)."""
         if not self.adaptive:
             return
         unit = latency_s / max(units, 1.0)
         self._window.append(unit)
         self.smoothed = unit if self.smoothed is None else self.smoothed + self.SMOOTHING * (unit - self.smoothed)
-        floor = min(self._window)
-        if self.smoothed <= self.TOLERANCE * floor:
-            self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
-            self._wake()
-        elif self._clock() >= self._hold_until:
-            self._decrease(max(0.5, self.TOLERANCE * floor / self.smoothed), latency_s)
+        bound = self.TOLERANCE * min(self._window)
+        if unit <= bound:
+            if sent_with >= self.allowed:
+                self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+                self._wake()
+        elif self.smoothed > bound and self._clock() >= self._hold_until:
+            self._decrease(max(0.5, bound / unit), latency_s)
 
     def overloaded(self, latency_s: float) -> None:
         """A timeout, a 429 or a 503: the judge has more than it can take."""

@@ -31,7 +31,7 @@ FORMS = ("json_schema", "json_object_schema", "json_object", "off")
 # unknown response_format type with 500, FastAPI servers with 422, others with 400).
 REJECTING_STATUSES = frozenset({400, 422, 500})
 # Reasons are asked for in one short sentence; the cap keeps a model from copying the context in.
-REASON_MAX_CHARS = 160
+REASON_MAX_CHARS = 120
 
 
 def verdict_schema(indices: Sequence[int], reason_chars: int = REASON_MAX_CHARS) -> dict[str, Any]:
@@ -110,11 +110,32 @@ class FormChooser:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._next_sweep = 0.0
+        self._in_doubt = 0  # answers rejecting the form on trial, whose sweep has not ended
+        self._doubt_over = asyncio.Event()
+        self._doubt_over.set()
 
     @property
     def form(self) -> str:
         """The form on trial, or the settled one."""
         return self._candidates[0]
+
+    def doubt(self, form: str, status: int) -> bool:
+        """An answer in `form` was `status`. True when that puts the form in doubt: the caller
+        must then call `rejected`, and until it has, calls wait in `sweep_done` rather than go
+        out in a form that may be refused."""
+        if self.settled or status not in REJECTING_STATUSES or self._clock() < self._next_sweep:
+            return False
+        self._in_doubt += 1
+        self._doubt_over.clear()
+        return True
+
+    @property
+    def in_doubt(self) -> bool:
+        return self._in_doubt > 0
+
+    async def sweep_done(self) -> None:
+        """Wait while probes are deciding the form (calls then go out in the one they found)."""
+        await self._doubt_over.wait()
 
     def accepted(self, form: str) -> None:
         """A call in `form` was answered 200."""
@@ -122,8 +143,16 @@ class FormChooser:
             self.settled = True
 
     async def rejected(self, form: str, status: int, probe: Probe) -> bool:
-        """A call in `form` was answered `status` (one of REJECTING_STATUSES). True when the call
-        should go again at once, in `self.form`; False when the error stands."""
+        """A call in `form` was answered `status` and `doubt` said so. True when the call should
+        go again at once, in `self.form`; False when the error stands."""
+        try:
+            return await self._sweep(form, status, probe)
+        finally:
+            self._in_doubt -= 1
+            if not self._in_doubt:
+                self._doubt_over.set()
+
+    async def _sweep(self, form: str, status: int, probe: Probe) -> bool:
         if self.settled:
             return False
         async with self._lock:

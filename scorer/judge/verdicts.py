@@ -1,7 +1,8 @@
 """Strict reading of the judge's answer.
 
-Tolerated around the one JSON object: a ```json fence, and prose before or after it; a verdict
-word in any case ("YES"); an index written as a string of digits ("2"). Indices numbered from 1
+Tolerated around the one JSON object: a ```json fence, and prose before or after it; raw control
+characters inside its strings; a verdict word in any case ("YES"); an index written as a string
+of digits ("2"). Indices numbered from 1
 (1..n for n contexts, 0 absent) are recognised and mapped back, never silently taken as the
 neighbouring context's. Nothing else is guessed: an entry with a missing, duplicate or
 out-of-range `context_index`, or a verdict that is neither "yes" nor "no", is reported, with
@@ -76,7 +77,9 @@ class VerdictParse:
         return "; ".join(parts) + "." if parts else ""
 
 
-_DECODER = json.JSONDecoder()  # stateless; building one per answer costs more than decoding it
+# Stateless; building one per answer costs more than decoding it. strict=False: a raw newline
+# inside a reason (which llama-cpp-python's grammar for a length-capped string lets through) is read.
+_DECODER = json.JSONDecoder(strict=False)
 
 
 def extract_json_object(text: str) -> dict[str, Any]:

@@ -432,12 +432,16 @@ class StubJudge:
         """One of `slots` requests judged at a time; the others wait here, as in a model server."""
         if self._slots is None or self._slot_count != self.settings.slots:
             self._slots, self._slot_count = asyncio.Semaphore(self.settings.slots), self.settings.slots
-        async with self._slots:
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                self.stats.dropped += 1  # the client gave up while it waited: nobody to answer
-                return self._error(499, "client closed the request", "client_closed")
-            return await self._judge(body, form, schema)
+        try:
+            async with self._slots:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    self.stats.dropped += 1  # the client gave up while it waited: nobody to answer
+                    return self._error(499, "client closed the request", "client_closed")
+                return await self._judge(body, form, schema)
+        except asyncio.CancelledError:
+            self.stats.dropped += 1  # the client went away (aiohttp cancels the handler)
+            raise
 
     async def _judge(self, body: dict[str, Any], form: str, schema: dict[str, Any] | None) -> web.Response:
         self._in_flight += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -42,20 +43,27 @@ class LlamaServer:
                       "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
                       "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_threads_batch", "2"]
         self.proc: subprocess.Popen[bytes] | None = None
+        # A file, not a pipe: the server logs the model's metadata, more than a pipe holds unread.
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+
+    def log_tail(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")[-3000:]
 
     def start(self, timeout_s: float = 120.0) -> "LlamaServer":
-        self.proc = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(self._args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the llama server exited: {self.proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"the llama server exited: {self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/models", timeout=5) as response:
                     if response.status == 200:
                         return self
             except OSError:
                 time.sleep(0.5)
-        raise RuntimeError(f"the llama server did not answer on {self.url} within {timeout_s:g}s")
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"the llama server did not answer on {self.url} within {timeout_s:g}s: {tail}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -65,3 +73,5 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)

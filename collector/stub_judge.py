@@ -83,7 +83,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ctxprec.scorer.batch import non_negative_float
+from ctxprec.scorer.batch import flag_type, non_negative_float
+from ctxprec.scorer.values import parse_count0
 from ctxprec.scorer.judge.prompt import BEGIN_DATA, END_DATA
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
@@ -599,16 +600,6 @@ def _forms(text: str) -> tuple[str, ...]:
     return forms
 
 
-def _slots(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -629,7 +620,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS,
         help=f"comma list of {','.join(ALL_FAULTS)} (default {','.join(FAULT_KINDS)})"
     )
-    parser.add_argument("--slots", type=_slots, default=0,
+    parser.add_argument("--slots", type=flag_type(parse_count0), default=0,
                         help="requests judged at once, the rest queue as in a model server (default 0: no limit)")
     parser.add_argument("--reject-forms", type=_forms, default=(),
                         help=f"comma list of response_format forms ({','.join(FORMS)}) answered --reject-status")

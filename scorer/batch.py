@@ -106,11 +106,12 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         choices = getattr(parse, "choices", None)
         metavar = declared.metadata["metavar"] or ("|".join(choices) if choices else METAVAR_OF_PARSER.get(parse))
-        parser.add_argument(flag, dest=declared.name, type=_flag_type(parse), default=None, metavar=metavar,
+        parser.add_argument(flag, dest=declared.name, type=flag_type(parse), default=None, metavar=metavar,
                             help=help_text)
 
 
-def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+def flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a value parser (scorer/values.py): its ValueError, in its words."""
     def convert(text: str) -> Any:
         try:
             return parse(text)

@@ -91,29 +91,28 @@ class Replay:
         return None
 
 
-@pytest.mark.parametrize("number", [a["sample"] for a in answers("json_object") if a["finish_reason"] == "length"])
-async def test_a_recorded_cut_off_answer_is_asked_again_with_more_room(number: int) -> None:
-    cut = next(a for a in answers("json_object") if a["sample"] == number)
+async def replay(number: int) -> tuple[Any, Replay, dict[str, Any]]:
+    """The judge on sample `number`: first the answer recorded without a schema, then (for the
+    re-ask) the one recorded with it."""
+    first = next(a for a in answers("json_object") if a["sample"] == number)
     good = next(a for a in answers("json_object_schema") if a["sample"] == number)
-    client = Replay([cut, good])
+    client = Replay([first, good])
     judge = LLMJudge(client, JudgeConfig(model="openai/smollm2", api_base="http://x", cache_size=0))
     sample = SAMPLES[number - 1]
     outcome = await judge.judge(sample["query"], sample["contexts"], reference_kind="output",
                                 reference=sample["output"])
     assert len(outcome.verdicts) == len(sample["contexts"]) and outcome.usage.calls == 2
+    return outcome, client, sample
+
+
+@pytest.mark.parametrize("number", [a["sample"] for a in answers("json_object") if a["finish_reason"] == "length"])
+async def test_a_recorded_cut_off_answer_is_asked_again_with_more_room(number: int) -> None:
+    _, client, _ = await replay(number)
     (_, first_room, _), (again, second_room, _) = client.asked
     assert second_room == 2 * first_room and "cut off" in again[-1].content
 
 
 @pytest.mark.parametrize("number", [a["sample"] for a in answers("json_object") if a["finish_reason"] == "stop"][:6])
 async def test_a_recorded_misshapen_answer_is_reasked_saying_what_was_wrong(number: int) -> None:
-    bad = next(a for a in answers("json_object") if a["sample"] == number)
-    good = next(a for a in answers("json_object_schema") if a["sample"] == number)
-    client = Replay([bad, good])
-    judge = LLMJudge(client, JudgeConfig(model="openai/smollm2", api_base="http://x", cache_size=0))
-    sample = SAMPLES[number - 1]
-    outcome = await judge.judge(sample["query"], sample["contexts"], reference_kind="output",
-                                reference=sample["output"])
-    assert len(outcome.verdicts) == len(sample["contexts"]) and outcome.usage.calls == 2
-    reask = client.asked[1][0][-1].content
-    assert "Your previous answer could not be used:" in reask
+    _, client, _ = await replay(number)
+    assert "Your previous answer could not be used:" in client.asked[1][0][-1].content

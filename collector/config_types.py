@@ -3,102 +3,35 @@ config model, whatever the value came from (YAML, a `CTXPREC_*` variable or a fl
 
 Each parser takes the raw value (a YAML scalar or text) and returns the value, or raises
 ValueError saying what is wrong in words a user can act on; the config loader adds which key and
-where the value came from. `setting(...)` declares a field with its flag and help, read by
-`ctxprec serve --help` and by the generated docs/CONFIG.md.
+where the value came from. The parsers the judge's settings use too live in the scorer library
+(scorer/values.py); the sidecar-only ones (listen addresses, URLs, files) are here.
+`setting(...)` declares a field with its flag and help, read by `ctxprec serve --help` and by the
+generated docs/CONFIG.md.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Annotated, Any, Callable
 from urllib.parse import urlsplit
 
+from ctxprec.scorer.values import (  # noqa: F401 - re-exported for the components' config models
+    FALSE_WORDS,
+    METAVAR_OF_PARSER,
+    OFF_WORDS,
+    TRUE_WORDS,
+    choice,
+    parse_bool,
+    parse_count,
+    parse_count0,
+    parse_non_negative,
+    parse_number,
+    parse_optional_positive,
+    parse_optional_text,
+    parse_positive,
+    parse_rate,
+    parse_text,
+)
 from pydantic import BeforeValidator, Field
-
-OFF_WORDS = ("", "off", "none", "disabled", "false", "0")
-TRUE_WORDS = ("true", "yes", "on", "1")
-FALSE_WORDS = ("false", "no", "off", "0")
-
-
-def parse_number(raw: Any, *, integer: bool = False) -> float | int:
-    if isinstance(raw, bool):
-        raise ValueError(f"must be a number, got {raw!r}")
-    try:
-        value = int(raw) if integer and not isinstance(raw, float) else float(raw)
-    except (TypeError, ValueError):
-        raise ValueError(f"must be {'an integer' if integer else 'a number'}, got {raw!r}") from None
-    if integer and isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(f"must be an integer, got {raw!r}")
-        value = int(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {raw!r}")
-    return value
-
-
-def parse_rate(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be between 0 and 1, got {raw!r}")
-    return value
-
-
-def parse_positive(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if value <= 0:
-        raise ValueError(f"must be a number > 0, got {raw!r}")
-    return value
-
-
-def parse_non_negative(raw: Any) -> float:
-    value = float(parse_number(raw))
-    if value < 0:
-        raise ValueError(f"must be a number >= 0, got {raw!r}")
-    return value
-
-
-def parse_optional_positive(raw: Any) -> float | None:
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in OFF_WORDS):
-        return None
-    return parse_positive(raw)
-
-
-def parse_count(raw: Any) -> int:
-    value = int(parse_number(raw, integer=True))
-    if value < 1:
-        raise ValueError(f"must be an integer >= 1, got {raw!r}")
-    return value
-
-
-def parse_count0(raw: Any) -> int:
-    value = int(parse_number(raw, integer=True))
-    if value < 0:
-        raise ValueError(f"must be an integer >= 0, got {raw!r}")
-    return value
-
-
-def parse_bool(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    word = str(raw).strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ValueError(f"must be true or false, got {raw!r}")
-
-
-def parse_text(raw: Any) -> str:
-    if isinstance(raw, (dict, list)):
-        raise ValueError(f"must be text, got a {type(raw).__name__}")
-    return str(raw)
-
-
-def parse_optional_text(raw: Any) -> str | None:
-    if raw is None:
-        return None
-    value = parse_text(raw).strip()
-    return value or None
 
 
 def parse_listen(raw: Any) -> tuple[str, int] | None:
@@ -135,19 +68,6 @@ def parse_readable_file(raw: Any) -> str | None:
     return value
 
 
-def choice(*choices: str, optional: bool = False) -> Callable[[Any], str | None]:
-    """A parser for one of `choices` (case-insensitive); with `optional`, `auto` or nothing is None."""
-    def parse(raw: Any) -> str | None:
-        if optional and (raw is None or parse_text(raw).strip().lower() in ("", "auto")):
-            return None
-        value = parse_text(raw).strip().lower()
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}, got {raw!r}")
-        return value
-    parse.choices = choices  # type: ignore[attr-defined]  # read by --help and the docs
-    return parse
-
-
 Rate = Annotated[float, BeforeValidator(parse_rate)]
 Positive = Annotated[float, BeforeValidator(parse_positive)]
 NonNegative = Annotated[float, BeforeValidator(parse_non_negative)]
@@ -161,10 +81,15 @@ Listen = Annotated[tuple[str, int] | None, BeforeValidator(parse_listen)]
 OtlpUrl = Annotated[str | None, BeforeValidator(parse_otlp_url)]
 ReadableFile = Annotated[str | None, BeforeValidator(parse_readable_file)]
 
+# The type a setting declared in the scorer library (by its parser, scorer/config.py) has here.
+TYPE_OF_PARSER: dict[Callable[[Any], Any], Any] = {
+    parse_rate: Rate, parse_positive: Positive, parse_non_negative: NonNegative,
+    parse_optional_positive: OptionalPositive, parse_count: Count, parse_count0: Count0, parse_bool: Switch,
+    parse_text: Text, parse_optional_text: OptionalText,
+}
 METAVARS: dict[Any, str] = {
-    Rate: "R", Positive: "NUM", NonNegative: "NUM", OptionalPositive: "NUM|off", Count: "N", Count0: "N",
-    Switch: "true|false", Text: "TEXT", OptionalText: "TEXT", Listen: "HOST:PORT|off", OtlpUrl: "URL",
-    ReadableFile: "FILE",
+    **{TYPE_OF_PARSER[parse]: metavar for parse, metavar in METAVAR_OF_PARSER.items()},
+    Listen: "HOST:PORT|off", OtlpUrl: "URL", ReadableFile: "FILE",
 }
 
 

@@ -35,7 +35,28 @@ Latency: every answer waits `latency_ms` plus a uniform `0..jitter_ms`. Faults: 
   stopping the server releases held requests with HTTP 503;
 - `malformed`: HTTP 200 whose message content is not JSON;
 - `wrong_count`: a verdicts answer with one verdict missing or one index duplicated (reason
-  tasks have no count, so they are answered normally and no fault is counted).
+  tasks have no count, so they are answered normally and no fault is counted);
+- `wrong_shape`: a verdicts answer in a shape small models write without a schema, picked in
+  turn: a list of bare indices, `text` where `verdict` should be, indices as strings;
+- `one_based`: a verdicts answer whose indices count from 1.
+
+Like a model decoding under a grammar, the stub never gives `wrong_shape` or `one_based` answers
+to a request that carries a JSON schema in a form it takes (below); they are not counted then.
+
+Real servers, modelled by settings (what the judge client must survive, from real model servers):
+
+- `slots`: how many requests are judged at once (0: no limit). With 1 the stub serves one at a
+  time, as llama.cpp's and llama-cpp-python's servers do: the others wait in its queue (their
+  latency grows with the requests ahead), and a queued request whose client has gone is dropped
+  unanswered, as llama-cpp-python drops it. `latency_ms` is each request's own work.
+- `reject_forms` / `reject_status`: response_format forms (json_schema, json_object_schema,
+  json_object, off) answered with that status (llama-cpp-python answers json_schema with 500);
+- `verbose_reasons`: every reason copies its context in, as small models do; without a schema
+  the answer then runs past `max_tokens` and is cut there (finish_reason `length`); a schema's
+  `maxLength` on reason caps it.
+
+`max_tokens` is honoured for every answer: content past `max_tokens * 4` characters is cut and
+the choice's finish_reason is `length`.
 
 `seed` makes the fault and jitter draws reproducible for a given request order. `GET /stats`
 returns the counters (requests, responses by status, faults by kind, tokens); `POST /control`
@@ -62,10 +83,15 @@ from typing import Any
 
 from aiohttp import web
 
-from ctxprec.scorer.batch import non_negative_float
+from ctxprec.scorer.batch import flag_type, non_negative_float
+from ctxprec.scorer.values import parse_count0
 from ctxprec.scorer.judge.prompt import BEGIN_DATA, END_DATA
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
+# Faults of a model writing without a schema; not in FAULT_KINDS' default (they need asking for).
+SHAPE_FAULTS: tuple[str, ...] = ("wrong_shape", "one_based")
+ALL_FAULTS = FAULT_KINDS + SHAPE_FAULTS
+FORMS: tuple[str, ...] = ("json_schema", "json_object_schema", "json_object", "off")
 DEFAULT_MODEL = "ctxprec-stub-judge"
 
 STOPWORDS = frozenset(
@@ -110,9 +136,14 @@ class StubSettings:
     seed: int | None = None
     model: str = DEFAULT_MODEL
     api_key: str | None = None  # when set, requests must carry "Authorization: Bearer <api_key>"
+    slots: int = 0  # requests judged at once; 0: no limit
+    reject_forms: tuple[str, ...] = ()
+    reject_status: int = 500
+    verbose_reasons: bool = False
 
     def __post_init__(self) -> None:
         self.fault_kinds = tuple(self.fault_kinds)
+        self.reject_forms = tuple(self.reject_forms)
         self.validate()
 
     def validate(self) -> None:
@@ -122,11 +153,18 @@ class StubSettings:
                 raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
         if not _is_number(self.error_rate) or not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"error_rate: must be a number between 0 and 1, got {self.error_rate!r}")
-        unknown = [k for k in self.fault_kinds if k not in FAULT_KINDS]
+        unknown = [k for k in self.fault_kinds if k not in ALL_FAULTS]
         if unknown or not self.fault_kinds:
             raise ValueError(
-                f"fault_kinds: must be a non-empty subset of {', '.join(FAULT_KINDS)}, got {list(self.fault_kinds)!r}"
+                f"fault_kinds: must be a non-empty subset of {', '.join(ALL_FAULTS)}, got {list(self.fault_kinds)!r}"
             )
+        if not isinstance(self.slots, int) or isinstance(self.slots, bool) or self.slots < 0:
+            raise ValueError(f"slots: must be an integer >= 0, got {self.slots!r}")
+        bad_forms = [f for f in self.reject_forms if f not in FORMS]
+        if bad_forms:
+            raise ValueError(f"reject_forms: must be a subset of {', '.join(FORMS)}, got {list(self.reject_forms)!r}")
+        if self.reject_status not in (400, 422, 500):
+            raise ValueError(f"reject_status: must be 400, 422 or 500, got {self.reject_status!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             raise ValueError(f"seed: must be an integer, got {self.seed!r}")
 
@@ -142,6 +180,10 @@ class StubStats:
     faults: dict[str, int] = field(default_factory=dict)  # fault kind -> count
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    forms: dict[str, int] = field(default_factory=dict)  # response_format form -> requests
+    max_in_flight: int = 0  # the most requests being judged at once
+    dropped: int = 0  # queued requests whose client had gone (slots)
+    cut: int = 0  # answers cut at max_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +192,10 @@ class StubStats:
             "faults": dict(sorted(self.faults.items())),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "forms": dict(sorted(self.forms.items())),
+            "max_in_flight": self.max_in_flight,
+            "dropped": self.dropped,
+            "cut": self.cut,
         }
 
 
@@ -219,6 +265,40 @@ def answer_verdicts(data: dict[str, Any]) -> list[dict[str, Any]]:
     return verdicts
 
 
+def request_form(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """The response_format form of a request and the JSON schema it carries, if any."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return "off", None
+    if fmt.get("type") == "json_schema":
+        inner = fmt.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
+        return "json_schema", schema if isinstance(schema, dict) else None
+    if fmt.get("type") == "json_object":
+        schema = fmt.get("schema")
+        return ("json_object_schema", schema) if isinstance(schema, dict) else ("json_object", None)
+    return "off", None
+
+
+def reason_cap(schema: dict[str, Any] | None) -> int | None:
+    """The maxLength the schema puts on a verdict's reason."""
+    try:
+        items = schema["properties"]["verdicts"]["prefixItems"]  # type: ignore[index]
+        return int(items[0]["properties"]["reason"]["maxLength"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def misshape(verdicts: list[dict[str, Any]], turn: int) -> list[Any]:
+    """Verdicts in one of the wrong shapes seen from small models (turn picks which)."""
+    kind = turn % 3
+    if kind == 0:  # the relevant indices only, bare
+        return [v["context_index"] for v in verdicts if v["verdict"] == "yes"] or [verdicts[0]["context_index"]]
+    if kind == 1:  # "text" where "verdict" should be
+        return [{"context_index": v["context_index"], "text": v["verdict"], "reason": v["reason"]} for v in verdicts]
+    return [{**v, "context_index": str(v["context_index"])} for v in verdicts]  # indices as strings
+
+
 def answer_reason(data: dict[str, Any]) -> str:
     score = data.get("score")
     verdicts = data.get("verdicts") if isinstance(data.get("verdicts"), list) else []
@@ -246,6 +326,10 @@ class StubJudge:
         self.stats = StubStats()
         self.recent: deque[RecordedRequest] = deque(maxlen=256)
         self._rng = random.Random(self.settings.seed)
+        self._slots: asyncio.Semaphore | None = None
+        self._slot_count = 0
+        self._in_flight = 0
+        self._shape_turn = 0
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self.host = "127.0.0.1"
@@ -261,8 +345,9 @@ class StubJudge:
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
-        if isinstance(changes.get("fault_kinds"), str):
-            changes["fault_kinds"] = tuple(k.strip() for k in changes["fault_kinds"].split(",") if k.strip())
+        for name in ("fault_kinds", "reject_forms"):
+            if isinstance(changes.get(name), str):
+                changes[name] = tuple(k.strip() for k in changes[name].split(",") if k.strip())
         merged = StubSettings(**{**asdict(self.settings), **changes})
         self.settings = merged
         if "seed" in changes:
@@ -334,6 +419,41 @@ class StubJudge:
             return self._error(401, "invalid or missing API key", "authentication_error")
         if not isinstance(body, dict):
             return self._error(400, "request body must be a JSON object", "invalid_request_error")
+        form, schema = request_form(body)
+        self.stats.forms[form] = self.stats.forms.get(form, 0) + 1
+        if form in settings.reject_forms:
+            return self._error(settings.reject_status, f"response_format form {form} is not supported",
+                               "invalid_request_error")
+        if settings.slots:
+            return await self._queued(request, body, form, schema)
+        return await self._judge(body, form, schema)
+
+    async def _queued(self, request: web.Request, body: dict[str, Any], form: str,
+                      schema: dict[str, Any] | None) -> web.Response:
+        """One of `slots` requests judged at a time; the others wait here, as in a model server."""
+        if self._slots is None or self._slot_count != self.settings.slots:
+            self._slots, self._slot_count = asyncio.Semaphore(self.settings.slots), self.settings.slots
+        try:
+            async with self._slots:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    self.stats.dropped += 1  # the client gave up while it waited: nobody to answer
+                    return self._error(499, "client closed the request", "client_closed")
+                return await self._judge(body, form, schema)
+        except asyncio.CancelledError:
+            self.stats.dropped += 1  # the client went away (aiohttp cancels the handler)
+            raise
+
+    async def _judge(self, body: dict[str, Any], form: str, schema: dict[str, Any] | None) -> web.Response:
+        self._in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self._in_flight)
+        try:
+            return await self._answer(body, form, schema)
+        finally:
+            self._in_flight -= 1
+
+    async def _answer(self, body: dict[str, Any], form: str, schema: dict[str, Any] | None) -> web.Response:
+        settings = self.settings
         messages = body.get("messages")
         try:
             data = parse_data_block(messages)
@@ -351,8 +471,10 @@ class StubJudge:
         fault = None
         if settings.error_rate > 0 and self._rng.random() < settings.error_rate:
             fault = self._rng.choice(settings.fault_kinds)
-            if fault == "wrong_count" and task != "verdicts":
+            if fault in ("wrong_count", *SHAPE_FAULTS) and task != "verdicts":
                 fault = None
+            if fault in SHAPE_FAULTS and schema is not None:
+                fault = None  # a grammar would not have let the model write it
         delay = settings.latency_ms + (self._rng.uniform(0, settings.jitter_ms) if settings.jitter_ms else 0.0)
         if delay > 0:
             await asyncio.sleep(delay / 1000.0)
@@ -377,7 +499,24 @@ class StubJudge:
             elif verdicts:
                 verdicts.pop(self._rng.randrange(len(verdicts)))  # one index missing
             answer = {"verdicts": verdicts}
+        if task == "verdicts" and settings.verbose_reasons:
+            texts = {c.get("context_index"): c.get("text", "") for c in data.get("contexts", []) if isinstance(c, dict)}
+            cap = reason_cap(schema)
+            for verdict in answer["verdicts"]:
+                reason = f"{verdict['reason']} The context says: {texts.get(verdict['context_index'], '')}"
+                verdict["reason"] = reason[:cap] if cap is not None else reason
+        if fault == "wrong_shape":
+            self._shape_turn += 1
+            answer = {"verdicts": misshape(answer["verdicts"], self._shape_turn - 1)}
+        elif fault == "one_based":
+            answer = {"verdicts": [{**v, "context_index": v["context_index"] + 1} for v in answer["verdicts"]]}
         content = "Sure! Here are the verdicts: verdict=yes" if fault == "malformed" else json.dumps(answer)
+        finish_reason = "stop"
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 \
+                and len(content) > 4 * max_tokens:
+            content, finish_reason = content[:4 * max_tokens], "length"
+            self.stats.cut += 1
 
         prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
         prompt_tokens = _tokens(prompt_chars)
@@ -393,7 +532,7 @@ class StubJudge:
                 "created": int(time.time()),
                 "model": model,
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}
                 ],
                 "usage": {
                     "prompt_tokens": prompt_tokens,
@@ -430,6 +569,7 @@ class StubJudge:
             self.reset_stats()
         public = asdict(settings)
         public["fault_kinds"] = list(settings.fault_kinds)
+        public["reject_forms"] = list(settings.reject_forms)
         public["api_key"] = "set" if settings.api_key else None
         return web.json_response({"settings": public})
 
@@ -446,10 +586,18 @@ def _rate(text: str) -> float:
 
 def _fault_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    unknown = [k for k in kinds if k not in ALL_FAULTS]
     if unknown or not kinds:
-        raise argparse.ArgumentTypeError(f"unknown fault kind(s) {unknown or text!r}; choose from {','.join(FAULT_KINDS)}")
+        raise argparse.ArgumentTypeError(f"unknown fault kind(s) {unknown or text!r}; choose from {','.join(ALL_FAULTS)}")
     return kinds
+
+
+def _forms(text: str) -> tuple[str, ...]:
+    forms = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown form(s) {unknown!r}; choose from {','.join(FORMS)}")
+    return forms
 
 
 def _port(text: str) -> int:
@@ -469,8 +617,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter-ms", type=non_negative_float, default=0.0, help="plus a uniform 0..jitter-ms")
     parser.add_argument("--error-rate", type=_rate, default=0.0, help="probability (0..1) that a request gets a fault")
     parser.add_argument(
-        "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS, help=f"comma list of {','.join(FAULT_KINDS)} (default all)"
+        "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS,
+        help=f"comma list of {','.join(ALL_FAULTS)} (default {','.join(FAULT_KINDS)})"
     )
+    parser.add_argument("--slots", type=flag_type(parse_count0), default=0,
+                        help="requests judged at once, the rest queue as in a model server (default 0: no limit)")
+    parser.add_argument("--reject-forms", type=_forms, default=(),
+                        help=f"comma list of response_format forms ({','.join(FORMS)}) answered --reject-status")
+    parser.add_argument("--reject-status", type=int, choices=(400, 422, 500), default=500,
+                        help="status for a rejected form: 400, 422 or 500 (default 500, as llama-cpp-python answers json_schema)")
+    parser.add_argument("--verbose-reasons", action="store_true",
+                        help="copy each context into its reason, as small models do (cut at max_tokens)")
     parser.add_argument("--hang-s", type=non_negative_float, default=30.0, help="how long a 'timeout' fault holds a request")
     parser.add_argument("--retry-after-s", type=non_negative_float, default=1.0, help="Retry-After of a 'rate_limit' fault")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG, for reproducible runs (default: a fresh seed each run)")
@@ -489,6 +646,10 @@ def settings_from_args(args: argparse.Namespace) -> StubSettings:
         seed=args.seed,
         model=args.model,
         api_key=args.api_key,
+        slots=args.slots,
+        reject_forms=tuple(args.reject_forms),
+        reject_status=args.reject_status,
+        verbose_reasons=args.verbose_reasons,
     )
 
 

@@ -20,7 +20,7 @@ from typing import IO, Any, Awaitable, Callable, Iterable
 
 # Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
 # these cost nothing extra; litellm and the transports stay lazy inside build_engine.
-from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.config import JudgeConfig, judge_settings, setting_flag
 from ctxprec.scorer.documents import identity
 from ctxprec.scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
 from ctxprec.scorer.event_files import EventFileError, count_events, jsonl_events, open_event_file
@@ -28,6 +28,8 @@ from ctxprec.scorer.events import EventError, KeyNotes, RagEvent, RawEvent, pars
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
 from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.result import JudgeUsage
+from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16
@@ -76,19 +78,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="RAG events: JSON Lines (one object per line) or CSV with a header row; "
                              "told apart by the extension (.jsonl, .csv), else by the content")
     parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
-    parser.add_argument("--judge-model", default=None, metavar="MODEL", help="litellm model string, or 'local' (default) for the offline judge")
-    parser.add_argument("--judge-api-base", default=None, metavar="URL", help="base URL of an OpenAI-compatible server (with --judge-model openai/NAME; default: the provider's own)")
     parser.add_argument("--scale", type=non_negative_float, default=1.0, help="multiply scores by this (default 1)")
-    parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY, help=f"samples scored at once (default {DEFAULT_CONCURRENCY})")
-    parser.add_argument("--redact-pii", action="store_true",
-                        help="replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge")
+    parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
+                        help=f"samples scored at once (default {DEFAULT_CONCURRENCY}; also the judge's requests "
+                             "in flight unless --judge-concurrency says otherwise)")
     parser.add_argument("--strict", action="store_true",
                         help="an unknown key or column, or a field given under two names, makes that event an error "
                              "(default: a warning, once per name)")
+    add_judge_arguments(parser)
+
+
+def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    """The judge's flags, as `ctxprec serve` has them: one per flagged JudgeConfig field, read
+    through the field's own parser (so a value is refused here in the words serve uses)."""
+    for declared in judge_settings():
+        flag = setting_flag(declared)
+        if flag is None:
+            continue
+        parse = declared.metadata["parse"]
+        default = "local" if declared.name == "model" else declared.default
+        shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
+        help_text = f"{declared.metadata['help']} (default: {shown})"
+        if parse is parse_bool:
+            # A switch, with its --no- form: a value after it would swallow the EVENTS argument.
+            parser.add_argument(flag, dest=declared.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+            continue
+        choices = getattr(parse, "choices", None)
+        metavar = declared.metadata["metavar"] or ("|".join(choices) if choices else METAVAR_OF_PARSER.get(parse))
+        parser.add_argument(flag, dest=declared.name, type=flag_type(parse), default=None, metavar=metavar,
+                            help=help_text)
+
+
+def flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a value parser (scorer/values.py): its ValueError, in its words."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The JudgeConfig fields given on the command line (or in CTXPREC_* variables)."""
+    given: dict[str, Any] = {}
+    for declared in judge_settings():
+        value = getattr(args, declared.name, None) if setting_flag(declared) else None
+        if value is not None:
+            given[declared.name] = value
+    return given
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.judge_api_base and not args.judge_model:
+    judge = judge_options(args)
+    if judge.get("api_base") and "model" not in judge:
         sys.stderr.write(
             "ctxprec score: error: --judge-api-base needs --judge-model "
             "(e.g. --judge-model openai/NAME for an OpenAI-compatible server)\n"
@@ -97,13 +142,14 @@ def run(args: argparse.Namespace) -> int:
     options = BatchOptions(
         events_path=args.events,
         output_path=args.output,
-        model=args.judge_model or DEFAULT_MODEL,
-        api_base=args.judge_api_base,
+        model=judge.pop("model", DEFAULT_MODEL),
+        api_base=judge.pop("api_base", None),
         scale=args.scale,
         concurrency=args.concurrency,
-        model_given=bool(args.judge_model),
-        redact_pii=args.redact_pii,
+        model_given=args.model is not None,
+        redact_pii=judge.pop("redact_pii", False),
         strict=args.strict,
+        judge=judge,
     )
     try:
         return asyncio.run(run_batch(options, stderr=sys.stderr))
@@ -128,6 +174,7 @@ class BatchOptions:
     strict: bool = False  # unknown keys and two names of one field fail the event instead of a warning
     window: int | None = None  # events held at once; default 4 x concurrency
     progress: bool | None = None  # None: only when stderr is a terminal
+    judge: dict[str, Any] = field(default_factory=dict)  # other JudgeConfig fields (the --judge-* flags)
 
 
 @dataclass
@@ -140,11 +187,13 @@ class JudgeTally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    failed_by_outcome: Counter[str] = field(default_factory=Counter)
 
     def __call__(self, event: RequestEvent) -> None:
         self.requests += 1
         if event.outcome != "ok":
             self.failed_requests += 1
+            self.failed_by_outcome[event.outcome] += 1
         self.prompt_tokens += event.prompt_tokens
         self.completion_tokens += event.completion_tokens
         self.cost_usd += event.cost_usd
@@ -157,6 +206,8 @@ class BatchSummary:
     score_sum: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
+    failed_calls: int = 0  # judge calls (HTTP attempts) of the samples that failed, from their records
+    failed_cost_usd: float = 0.0
 
     @property
     def failed(self) -> int:
@@ -166,6 +217,9 @@ class BatchSummary:
         self.events += 1
         if record.get("error"):
             self.failures[record["error"]["type"]] += 1
+            judge = record.get("judge") or {}
+            self.failed_calls += judge.get("calls", 0)
+            self.failed_cost_usd += judge.get("cost_usd", 0.0)
         else:
             self.scored += 1
             self.score_sum += record["score"]
@@ -179,10 +233,16 @@ class BatchSummary:
         if model.strip().lower() == DEFAULT_MODEL:  # the local judge makes no requests to count
             traffic = "offline, no requests"
         else:
+            failed_requests = f"{judge.failed_requests} failed"
+            if judge.failed_by_outcome:
+                failed_requests += ": " + ", ".join(f"{kind} {n}" for kind, n in sorted(judge.failed_by_outcome.items()))
             traffic = (
-                f"{judge.requests} requests ({judge.failed_requests} failed), {judge.prompt_tokens} prompt tokens, "
+                f"{judge.requests} requests ({failed_requests}), {judge.prompt_tokens} prompt tokens, "
                 f"{judge.completion_tokens} completion tokens, cost ${judge.cost_usd:.4f}"
             )
+            if self.failures:
+                traffic += (f" (of which the failed samples' {self.failed_calls} calls, "
+                            f"${self.failed_cost_usd:.4f})")
         return (
             f"ctxprec score: {source}: {self.events} events, {self.scored} scored, {failed}; "
             f"mean score {mean}\n"
@@ -351,7 +411,7 @@ async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no:
             event.query, event.context_texts, output=event.output, expected_output=event.expected_output
         )
     except JudgeError as exc:
-        return _failure(engine, event, line_no, exc.kind, str(exc))
+        return _failure(engine, event, line_no, exc.kind, str(exc), usage=exc.usage)
     except ValueError as exc:
         return _failure(engine, event, line_no, "bad_input", str(exc))
     except asyncio.CancelledError:
@@ -369,6 +429,7 @@ def _failure(
     message: str,
     *,
     decision: str = "failed",
+    usage: JudgeUsage | None = None,
 ) -> dict[str, Any]:
     return failure_record(
         error_type=kind,
@@ -376,6 +437,7 @@ def _failure(
         scale=engine.scale,
         k=len(event.contexts),
         decision=decision,
+        usage=usage,
         **_event_fields(engine, event),
     )
 
@@ -484,8 +546,8 @@ def _open_output(path: str | None, input_path: str | None = None) -> RecordSink:
 
 def _build_engine(options: BatchOptions, observer: RequestObserver) -> ContextPrecisionEngine:
     try:
-        config = JudgeConfig(model=options.model, api_base=options.api_base, concurrency=options.concurrency,
-                             redact_pii=options.redact_pii)
+        judge = {"concurrency": options.concurrency, **options.judge}
+        config = JudgeConfig(model=options.model, api_base=options.api_base, redact_pii=options.redact_pii, **judge)
         return build_engine(config, scale=options.scale, observer=observer)
     except ValueError as exc:
         raise UsageError(f"judge configuration: {exc}") from None

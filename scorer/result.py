@@ -28,7 +28,8 @@ class Verdict:
 
 @dataclass(slots=True)
 class JudgeUsage:
-    """What judging one sample cost. Added up across batches and re-asks."""
+    """What judging one sample cost. Added up across batches and re-asks; `calls` counts HTTP
+    attempts (retries and the attempts of a call that failed included)."""
 
     model: str = ""
     prompt_version: str = ""
@@ -42,8 +43,10 @@ class JudgeUsage:
     def __reduce__(self) -> tuple[Any, ...]:
         return (JudgeUsage, tuple(getattr(self, name) for name in _USAGE_FIELDS))
 
-    def add_call(self, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_ms: float) -> None:
-        self.calls += 1
+    def add_call(self, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_ms: float,
+                 *, calls: int = 1) -> None:
+        """One judge call that answered; `calls` counts its HTTP attempts (retries included)."""
+        self.calls += calls
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
         self.cost_usd += cost_usd

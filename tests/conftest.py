@@ -20,7 +20,9 @@ SLOW = ("tests/kafka/", "tests/chaos/", "tests/realtraffic/", "tests/deploy/test
         # Whole sidecars, litellm imports and promtool: seconds each, out of the inner loop.
         "tests/diagnostics/test_serve_diagnostics.py", "tests/scorer/test_judge_client.py::test_api_key_never_in",
         "tests/deploy/test_prometheus.py::test_promtool_unit_tests_pass",
-        "tests/collector/test_langfuse_sink.py::test_the_sink_never_holds_up_scoring")
+        "tests/collector/test_langfuse_sink.py::test_the_sink_never_holds_up_scoring",
+        # A real model server (llama-cpp-python, built by make llama-server).
+        "tests/llm_judge/test_real_server.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,27 +1,26 @@
 """Settings of scoring (YAML section `scoring`) and of the judge (YAML section `judge`).
 
-The judge's own knobs and their defaults are the scorer library's (`JudgeConfig`); this section
-only adds how the sidecar's users set them (flags, help) and the score scale."""
+The judge's knobs, their defaults, help, parsers and flags are declared once in the scorer library
+(`JudgeConfig`, scorer/config.py); the `judge` section is built from that declaration, adding
+only the score scale, so `ctxprec score`, `ctxprec serve` and the library agree on every value."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 from ctxprec.collector.config_types import (
+    TYPE_OF_PARSER,
     Count,
-    Count0,
     NonNegative,
     OptionalPositive,
     OptionalText,
-    Positive,
-    Switch,
     choice,
     setting,
 )
-from ctxprec.scorer.config import REASON_MODES, TRANSPORTS, JudgeConfig
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from ctxprec.scorer.config import JudgeConfig, judge_settings
+from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
 
 PROCESS_MODES = ("auto", "on", "off")
-_JUDGE = JudgeConfig()  # the library's defaults, declared once there
 
 
 class ScoringConfig(BaseModel):
@@ -40,54 +39,38 @@ class ScoringConfig(BaseModel):
                                               flag="--shutdown-timeout")
 
 
-class JudgeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+def _judge_field(declared: dataclasses.Field[Any]) -> tuple[Any, Any]:
+    """A pydantic field of the `judge` section from the library's declaration (scorer/config.py)."""
+    parse = declared.metadata["parse"]
+    annotation = TYPE_OF_PARSER.get(parse) or Annotated[Any, BeforeValidator(parse)]
+    choices = getattr(parse, "choices", None)
+    return annotation, setting(declared.default, declared.metadata["help"], flag=declared.metadata["flag"],
+                               secret=declared.metadata["secret"], choices=choices,
+                               metavar=declared.metadata["metavar"])
 
-    model: OptionalText = setting(None, "litellm model string (openai/gpt-4o-mini, anthropic/..., ollama_chat/..., "
-                                        "hosted_vllm/...), or local, the offline judge (the default)",
-                                  flag="--judge-model")
-    api_base: OptionalText = setting(_JUDGE.api_base, "base URL of an OpenAI-compatible server for the judge",
-                                     flag="--judge-api-base")
-    api_key: OptionalText = setting(_JUDGE.api_key, "judge API key (else the provider's usual environment variable, "
-                                                    "e.g. OPENAI_API_KEY)", flag="--judge-api-key", secret=True)
-    scale: NonNegative = setting(1.0, "scores are multiplied by this", flag="--scale")
-    reason_mode: Annotated[str, BeforeValidator(choice(*REASON_MODES))] = setting(
-        _JUDGE.reason_mode, "template: reasons built from the verdicts; llm: the judge writes them (a second call)",
-        flag="--judge-reason-mode", choices=REASON_MODES)
-    concurrency: Count = setting(_JUDGE.concurrency, "judge requests in flight at most", flag="--judge-concurrency")
-    requests_per_minute: OptionalPositive = setting(_JUDGE.requests_per_minute, "judge requests per minute at most",
-                                                    flag="--judge-rpm")
-    tokens_per_minute: OptionalPositive = setting(_JUDGE.tokens_per_minute, "judge tokens per minute at most",
-                                                  flag="--judge-tpm")
-    timeout_s: Positive = setting(_JUDGE.timeout_s, "judge request timeout, seconds", flag="--judge-timeout")
-    max_retries: Count0 = setting(_JUDGE.max_retries, "retries per judge request (backoff with jitter, honouring "
-                                                      "Retry-After)", flag="--judge-max-retries")
-    max_contexts_per_call: Count = setting(_JUDGE.max_contexts_per_call, "contexts judged in one call; more are "
-                                                                         "split into batches judged concurrently",
-                                           flag="--judge-max-contexts-per-call")
-    max_context_chars: Count = setting(_JUDGE.max_context_chars, "characters of a context sent to the judge",
-                                       flag="--judge-max-context-chars")
-    cache_size: Count0 = setting(_JUDGE.cache_size, "verdict cache entries (0: no cache)", flag="--judge-cache-size")
-    redact_pii: Switch = setting(_JUDGE.redact_pii, "replace e-mail addresses, phone and card numbers with "
-                                                    "placeholders before text reaches the judge, and in all "
-                                                    "text the sidecar writes out (reasons, records, sinks, "
-                                                    "diagnostics, logs)",
-                                 flag="--redact-pii")
-    breaker_threshold: Count = setting(_JUDGE.breaker_threshold, "consecutive judge failures that open the circuit "
-                                                                 "breaker")
-    breaker_cooldown_s: NonNegative = setting(_JUDGE.breaker_cooldown_s, "how long an open breaker waits before "
-                                                                         "trying again, seconds")
-    temperature: NonNegative = setting(_JUDGE.temperature, "judge sampling temperature")
-    transport: Annotated[str, BeforeValidator(choice(*TRANSPORTS))] = setting(
-        _JUDGE.transport, "direct: pooled HTTP to OpenAI-compatible endpoints; litellm: through litellm; auto: "
-                          "direct where it applies", choices=TRANSPORTS)
+
+class _JudgeSection(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     @property
     def defaulted(self) -> bool:
         """No judge configured: the local judge stands in."""
-        return self.model is None
+        return self.model is None  # type: ignore[attr-defined]
 
     def judge_config(self) -> JudgeConfig:
         values: dict[str, Any] = self.model_dump(exclude={"scale"})
-        values["model"] = self.model or "local"
+        values["model"] = values["model"] or "local"
         return JudgeConfig(**values)
+
+
+_FIELDS: dict[str, Any] = {}
+for _declared in judge_settings():
+    _FIELDS[_declared.name] = _judge_field(_declared)
+    if _declared.name == "model":
+        # Unset in the sidecar means "no judge configured" (a warning at start); the library says local.
+        _FIELDS["model"] = (OptionalText, setting(None, _declared.metadata["help"], flag="--judge-model"))
+    if _declared.name == "api_key":
+        _FIELDS["scale"] = (NonNegative, setting(1.0, "scores are multiplied by this", flag="--scale"))
+# The `judge` YAML section: every knob of the library's JudgeConfig, with the same parsers, plus
+# the score scale.
+JudgeSettings = create_model("JudgeSettings", __base__=_JudgeSection, **_FIELDS)

@@ -5,7 +5,7 @@ The first frame carries the judge configuration; the child builds the engine, wa
 answers `("ready",)` (or `("init_failed", message)`). Then, per message:
 
     ("score", id, query, contexts, output, expected_output) -> ("result", id, ScoreResult)
-                                                             or ("error", id, kind, message)
+                                                             or ("error", id, kind, message, usage)
     ("cancel", id)                                            -> the score is abandoned, no answer
     ("close",)                                                -> finish: cancel, close, exit
 
@@ -36,9 +36,10 @@ def error_message(score_id: int, exc: BaseException) -> tuple[Any, ...]:
     becomes a JudgeError of the same kind, or named by its type (the failure record's error type,
     as the in-process workers name it)."""
     if isinstance(exc, ValueError):
-        return ("error", score_id, "value", str(exc))
+        return ("error", score_id, "value", str(exc), None)
     kind = exc.kind if isinstance(exc, JudgeError) else type(exc).__name__
-    return ("error", score_id, kind, str(exc) or type(exc).__name__)
+    usage = exc.usage if isinstance(exc, JudgeError) else None  # a failed sample keeps its cost
+    return ("error", score_id, kind, str(exc) or type(exc).__name__, usage)
 
 
 class EngineServer:

@@ -33,7 +33,7 @@ from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import check_inputs, engine_identity
 from ctxprec.scorer.judge.chat import JudgeError, RequestObserver
-from ctxprec.scorer.result import ScoreResult
+from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class ProcessEngine:
             elif op == "error":
                 future = pending.get(message[1])
                 if future is not None and not future.done():
-                    future.set_exception(_rebuild_error(message[2], message[3]))
+                    future.set_exception(_rebuild_error(message[2], message[3], message[4]))
             elif op == "events":
                 if self.observer is not None:
                     for event in message[1]:
@@ -251,9 +251,13 @@ def _fail(child: _Child, message: str, kind: str) -> None:
             future.set_exception(JudgeError(message, kind=kind))
 
 
-def _rebuild_error(kind: str, message: str) -> Exception:
+def _rebuild_error(kind: str, message: str, usage: JudgeUsage | None = None) -> Exception:
     """The child's error, as the in-process engine would have raised it (see engine_child)."""
-    return ValueError(message) if kind == "value" else JudgeError(message, kind=kind)
+    if kind == "value":
+        return ValueError(message)
+    error = JudgeError(message, kind=kind)
+    error.usage = usage
+    return error
 
 
 async def _wait_or_kill(proc: asyncio.subprocess.Process, timeout_s: float) -> int | None:

@@ -24,7 +24,7 @@ from ctxprec.collector.scoring.identity import ScorerIdentity
 from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
 from ctxprec.scorer.records import failure_record, record_id, rfc3339, score_record
-from ctxprec.scorer.result import ScoreResult
+from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class ScoringWorkers:
             self._fail(r, SHUTDOWN, "scoring was cancelled by shutdown before the judge answered")
             raise
         except JudgeError as exc:
-            self._fail(r, exc.kind, str(exc))
+            self._fail(r, exc.kind, str(exc), exc.usage)
         except ValueError as exc:
             self._fail(r, "invalid_input", str(exc))
         except Exception as exc:  # a bug or an unexpected library error: still one decision
@@ -116,16 +116,18 @@ class ScoringWorkers:
             self.costs.settled(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
 
-    def _fail(self, r: Retrieval, error_type: str, message: str) -> None:
+    def _fail(self, r: Retrieval, error_type: str, message: str, usage: JudgeUsage | None = None) -> None:
+        """`usage`: what the judge calls of a failed sample still cost (its record keeps it, and
+        the budget pays it)."""
         now = time.time()
         record = failure_record(
             error_type=error_type, message=message, record_id=self._rid(r), trace_id=r.trace_id,
             span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
-            sample_rate=r.sample_rate, answer_source=r.answer_source,
+            usage=usage, sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r))
         if self.costs is not None:
-            self.costs.settled(0.0)
+            self.costs.settled(usage.cost_usd if usage is not None else 0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))
 
     async def finish(self, deadline: Deadline) -> None:

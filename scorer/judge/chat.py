@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
+
+from ctxprec.scorer.result import JudgeUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,7 @@ class ChatResponse:
     cost_usd: float
     latency_ms: float  # wall time of the successful attempt, retries excluded
     attempts: int = 1
+    finish_reason: str | None = None  # "length": the answer was cut off at max_tokens
 
 
 class JudgeError(Exception):
@@ -29,6 +32,9 @@ class JudgeError(Exception):
     the score record's error type and as the `outcome` label of judge metrics."""
 
     kind: str = "judge_error"
+    attempts: int = 0  # HTTP attempts the failed call made
+    # What judging the sample had cost when it failed (calls, tokens, cost), set by the judge.
+    usage: JudgeUsage | None = None
 
     def __init__(self, message: str, *, kind: str | None = None) -> None:
         super().__init__(message)
@@ -90,8 +96,11 @@ class ChatClient(Protocol):
         *,
         max_tokens: int | None = None,
         json_mode: bool = True,
+        schema: dict[str, Any] | None = None,
     ) -> ChatResponse:
-        """Return the first choice's text. Raises JudgeError (or a subclass) after retries."""
+        """Return the first choice's text. With `json_mode`, asks for JSON, in the schema `schema`
+        when given (structured outputs, in the form the endpoint takes). Raises JudgeError (or a
+        subclass) after retries."""
         ...
 
     async def aclose(self) -> None: ...

@@ -1,7 +1,8 @@
 """LimitedChatClient: the ChatClient that wraps a transport (direct aiohttp or litellm) with the
-judge's limits: a concurrency cap, requests/tokens per minute, a per-attempt timeout, retries with
-backoff that honours Retry-After, a circuit breaker, one RequestEvent per attempt, token usage
-and cost.
+judge's limits: requests in flight (adaptive, limits.py AdaptiveLimit), requests/tokens per
+minute, a per-attempt timeout counted from when the request leaves our own queue, retries with
+backoff that honours Retry-After, a circuit breaker, the structured-output form the endpoint
+takes (structured.py), one RequestEvent per attempt, token usage and cost.
 
 Transports make exactly one HTTP attempt per `send` and report failures as AttemptError with an
 outcome label; every policy decision (retry or not, how long to wait) is made here."""
@@ -12,7 +13,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.chat import (
@@ -26,16 +27,25 @@ from ctxprec.scorer.judge.chat import (
     RequestEvent,
     RequestObserver,
 )
-from ctxprec.scorer.judge.limits import CircuitBreaker, RateLimiter
+from ctxprec.scorer.judge.limits import AdaptiveLimit, CircuitBreaker, RateLimiter
 
 # Prices come from litellm's bundled cost map, read without importing litellm.
-from ctxprec.scorer.judge.prices import PriceSchedule, model_schedule
+from ctxprec.scorer.judge.prices import PriceSchedule, judge_schedule
+from ctxprec.scorer.judge.prompt import verdict_messages
+from ctxprec.scorer.judge.structured import REJECTING_STATUSES, FormChooser, response_format, verdict_schema
 from ctxprec.scorer.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 # Outcomes worth another attempt. A client error (400, 401, 404...) would fail the same way again.
 RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection_error", "bad_response"})
+# Prompt tokens per unit of work for the adaptive limit: reading a token costs about a tenth of
+# writing one.
+_PROMPT_TOKENS_PER_UNIT = 10
+# The structured-output probe: the judge's own request for one tiny context (so that a server
+# that reads the data block, like the stub judge, answers it); only the status of its answer counts.
+_PROBE_MESSAGES = tuple(verdict_messages(query="ping", reference_kind="query", reference="", items=[(0, "pong")]))
+_PROBE_MAX_TOKENS = 16
 
 
 class AttemptError(Exception):
@@ -54,6 +64,7 @@ class TransportReply:
     text: str
     prompt_tokens: int | None  # None when the server sent no usage
     completion_tokens: int | None
+    finish_reason: str | None = None  # "length": cut off at max_tokens
 
 
 class ChatTransport(Protocol):
@@ -62,7 +73,12 @@ class ChatTransport(Protocol):
     secrets: tuple[str, ...]  # strings to scrub from any error text (the API key)
 
     async def send(
-        self, messages: Sequence[ChatMessage], *, max_tokens: int | None, json_mode: bool, temperature: float
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None,
+        response_format: dict[str, Any] | None,
+        temperature: float,
     ) -> TransportReply: ...
 
     async def aclose(self) -> None: ...
@@ -109,15 +125,25 @@ class LimitedChatClient:
         self._breaker = breaker or CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
         limiter = limiter or RateLimiter(config.requests_per_minute, config.tokens_per_minute)
         self._limiter = limiter if limiter.active else None
-        self._semaphore = asyncio.Semaphore(config.concurrency)
+        self._in_flight = AdaptiveLimit(config.concurrency, adaptive=config.adaptive_concurrency)
+        self._forms = FormChooser(config.structured_output, model=model)
         self._random = (rng or random.Random()).random
         self._secrets = tuple(s for s in (config.api_key, *getattr(transport, "secrets", ())) if s)
+        self._price_per_mtok = config.price_per_mtok
         self._prices: PriceSchedule | None = None
         self._price_lookup: asyncio.Future[PriceSchedule] | None = None
 
     @property
     def breaker(self) -> CircuitBreaker:
         return self._breaker
+
+    @property
+    def in_flight_limit(self) -> AdaptiveLimit:
+        return self._in_flight
+
+    @property
+    def forms(self) -> FormChooser:
+        return self._forms
 
     @property
     def transport(self) -> ChatTransport:
@@ -144,7 +170,7 @@ class LimitedChatClient:
 
     async def _lookup_prices(self) -> PriceSchedule:
         # The first look-up reads a JSON file of a few MB: keep it off the event loop.
-        return await asyncio.to_thread(model_schedule, self.model)
+        return await asyncio.to_thread(judge_schedule, self.model, self._price_per_mtok)
 
     def _emit(self, outcome: str, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0) -> None:
         if self._observer is None:
@@ -166,6 +192,7 @@ class LimitedChatClient:
         *,
         max_tokens: int | None = None,
         json_mode: bool = True,
+        schema: dict[str, Any] | None = None,
     ) -> ChatResponse:
         try:
             probe = self._breaker.before_call(self.model)
@@ -193,21 +220,18 @@ class LimitedChatClient:
                     # One-time setup (litellm's cold import: seconds, more on a busy machine) is
                     # not the judge's answer time: keep it out of the attempt's timeout.
                     prepare()
-                async with self._semaphore:
-                    started = time.perf_counter()
-                    try:
-                        async with asyncio.timeout(self._timeout_s):
-                            reply = await self._transport.send(
-                                messages, max_tokens=max_tokens, json_mode=json_mode, temperature=self._temperature
-                            )
-                    except AttemptError as exc:
-                        error = exc
-                    except TimeoutError:
-                        error = AttemptError("timeout", f"no answer within {self._timeout_s:g}s")
-                    latency_s = time.perf_counter() - started
+                reply, error, latency_s, form, doubted = await self._attempt(
+                    messages, max_tokens, schema if json_mode else False)
                 if error is None:
+                    assert reply is not None
+                    if json_mode:
+                        self._forms.accepted(form)
                     return await self._succeeded(reply, messages, estimate, latency_s, attempts)
                 self._emit(error.outcome, latency_s)
+                if doubted and error.status is not None \
+                        and await self._forms.rejected(form, error.status, self._probe):
+                    # The endpoint does not take this form: again in the one it takes, at once.
+                    continue
                 if error.outcome not in RETRYABLE or attempts > self._max_retries or probe:
                     break
                 await asyncio.sleep(self._backoff.delay(attempts - 1, error.retry_after_s, self._random))
@@ -219,6 +243,72 @@ class LimitedChatClient:
             if probe and not settled:
                 self._breaker.release_probe()
             raise
+
+    async def _attempt(
+        self, messages: Sequence[ChatMessage], max_tokens: int | None, schema: dict[str, Any] | None | bool,
+        form: str | None = None,
+    ) -> tuple[TransportReply | None, AttemptError | None, float, str, bool]:
+        """One HTTP attempt inside the in-flight limit; its timeout starts when it leaves our queue.
+        `schema` False: no response_format. The form is read once the request leaves the queue
+        (calls that waited there go out in the form settled meanwhile) unless `form` is given.
+        Returns the reply or the error, the latency, the form used, and whether the answer put
+        the form in doubt (then the caller must call FormChooser.rejected)."""
+        reply: TransportReply | None = None
+        error: AttemptError | None = None
+        doubted = False
+        form_given = form
+        while True:
+            if form is None:
+                await self._forms.sweep_done()  # a call must not go out in a form being probed
+            sent_with = await self._in_flight.acquire()
+            if form is not None or not self._forms.in_doubt:
+                break
+            self._in_flight.release()  # the form came in doubt while this call waited for its slot
+        if schema is False:
+            form, body_format = "off", None
+        else:
+            form = form or self._forms.form
+            body_format = response_format(form, schema or None)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                reply = await self._transport.send(
+                    messages, max_tokens=max_tokens, response_format=body_format, temperature=self._temperature
+                )
+        except AttemptError as exc:
+            error = exc
+        except TimeoutError:
+            error = AttemptError("timeout", f"no answer within {self._timeout_s:g}s")
+        finally:
+            latency_s = time.perf_counter() - started
+            if error is not None and error.status is not None and form_given is None and schema is not False:
+                doubted = self._forms.doubt(form, error.status)  # before the slot goes to the next call
+            self._in_flight.release()
+        if reply is not None:
+            units = (reply.prompt_tokens or _estimate_tokens(messages)) / _PROMPT_TOKENS_PER_UNIT + (
+                reply.completion_tokens or -(-len(reply.text) // 4))
+            self._in_flight.answered(latency_s, units, sent_with)
+        elif error is not None and (error.outcome in ("timeout", "rate_limited") or error.status == 503):
+            self._in_flight.overloaded(latency_s)
+        return reply, error, latency_s, form, doubted
+
+    async def _probe(self, form: str) -> int | None:
+        """Send the structured-output probe in `form`: the HTTP status of the answer, or None
+        when the attempt proved nothing about the form."""
+        reply, error, latency_s, _, _ = await self._attempt(_PROBE_MESSAGES, _PROBE_MAX_TOKENS, verdict_schema([0]), form)
+        if reply is not None:
+            prompt_tokens, completion_tokens = reply.prompt_tokens or 0, reply.completion_tokens or 0
+            prompt_price, completion_price = (self._prices or await self._resolve_prices()).at()
+            self._emit("ok", latency_s, prompt_tokens, completion_tokens,
+                       prompt_tokens * prompt_price + completion_tokens * completion_price)
+            return 200
+        assert error is not None
+        self._emit(error.outcome, latency_s)
+        if error.outcome == "bad_response":
+            return 200  # the server took the form; a 16-token answer need not be readable
+        if error.status is not None and error.status in REJECTING_STATUSES:
+            return error.status
+        return None
 
     async def _succeeded(
         self, reply: TransportReply, messages: Sequence[ChatMessage], estimate: int, latency_s: float, attempts: int
@@ -236,18 +326,23 @@ class LimitedChatClient:
         prompt_price, completion_price = (self._prices or await self._resolve_prices()).at()
         cost = prompt_tokens * prompt_price + completion_tokens * completion_price
         self._emit("ok", latency_s, prompt_tokens, completion_tokens, cost)
-        return ChatResponse(reply.text, prompt_tokens, completion_tokens, cost, latency_s * 1000.0, attempts)
+        return ChatResponse(reply.text, prompt_tokens, completion_tokens, cost, latency_s * 1000.0, attempts,
+                            reply.finish_reason)
 
     def _judge_error(self, error: AttemptError, attempts: int) -> JudgeError:
         tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
         message = self._scrub(f"judge {self.model}: {error} ({tries})")
+        failure: JudgeError
         if error.outcome == "rate_limited":
-            return JudgeRateLimited(message)
-        if error.outcome == "timeout":
-            return JudgeTimeout(message)
-        if error.outcome == "bad_response":
-            return JudgeBadResponse(message)
-        return JudgeError(message, kind=error.outcome)
+            failure = JudgeRateLimited(message)
+        elif error.outcome == "timeout":
+            failure = JudgeTimeout(message)
+        elif error.outcome == "bad_response":
+            failure = JudgeBadResponse(message)
+        else:
+            failure = JudgeError(message, kind=error.outcome)
+        failure.attempts = attempts
+        return failure
 
     async def aclose(self) -> None:
         if self._price_lookup is not None and not self._price_lookup.done():

@@ -1,12 +1,14 @@
-"""Limits that keep the judge within a provider's quotas and stop us hammering a judge that is down:
-a requests/tokens-per-minute rate limiter over token buckets, and a circuit breaker. (Backoff
-between attempts is scorer/retry.py's.)
+"""Limits that keep the judge within a provider's quotas and stop us hammering a judge that is down
+or queueing: a requests/tokens-per-minute rate limiter over token buckets, the requests in flight
+(adapted to the judge's latency), and a circuit breaker. (Backoff between attempts is
+scorer/retry.py's.)
 
 Both take an injectable clock so that their arithmetic is testable without sleeping."""
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import Callable
 
 from ctxprec.scorer.judge.chat import JudgeUnavailable
@@ -171,3 +173,119 @@ class CircuitBreaker:
         """The probe ended without a verdict on the judge (cancelled, or a client error): let the
         next caller probe instead."""
         self._probe_in_flight = False
+
+
+class AdaptiveLimit:
+    """How many judge requests may be in flight: at most `ceiling`, and with `adaptive` fewer
+    while the judge's latency says it is queueing them.
+
+    A server that answers one request at a time (llama.cpp's, llama-cpp-python's, a small vLLM)
+    queues the others, and each one's latency grows with the requests in flight; past the
+    timeout they are abandoned while the server still works on them. A hosted API's latency
+    varies too, but not with the requests in flight. So what is compared is latency by load:
+    for each answer, its latency per unit of work (prompt tokens / 10 + completion tokens:
+    writing a token costs about ten times reading one, so large and small requests compare),
+    averaged (EWMA) per number of requests in flight when it was sent (`by_load`):
+
+    - the base is the average at the lowest load seen (1: the limit starts there); while it has
+      fewer than MIN_SAMPLES answers, LOOSE_TOLERANCE stands for TOLERANCE below (one answer may
+      have been a lucky one);
+    - an answer sent with the limit in use (as many in flight as allowed: it tested the limit)
+      whose load's average is within TOLERANCE x the base raises the limit: by one (doubling each
+      round trip, like TCP's slow start) until the first decrease, by 1/limit after it;
+    - once a load above the base has MIN_SAMPLES answers and its average is past TOLERANCE x the
+      base, the limit is scaled by TOLERANCE x base / that average (at most halved); on a
+      timeout, a 429 or a 503 it is halved. After a decrease there is none again for one
+      latency, so a burst of answers from the same queue counts once.
+
+    Against a one-slot server (latency proportional to the load) the limit settles between 1 and
+    3 (between 1 and 2 once the base has its answers); against an API whose latency does not grow with load, however much it varies, it reaches
+    `ceiling` within a few round trips. Waiters are served in arrival order."""
+
+    TOLERANCE = 1.5
+    LOOSE_TOLERANCE = 2.0
+    SMOOTHING = 0.3
+    MIN_SAMPLES = 3
+
+    def __init__(self, ceiling: int, *, adaptive: bool = True, clock: Clock = time.monotonic) -> None:
+        self.ceiling = ceiling
+        self.adaptive = adaptive
+        self.limit = 1.0 if adaptive else float(ceiling)
+        self.in_flight = 0
+        self.slow_start = adaptive
+        self._clock = clock
+        self.by_load: dict[int, float] = {}  # requests in flight when sent -> EWMA unit latency
+        self._samples: dict[int, int] = {}
+        self._hold_until = 0.0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def allowed(self) -> int:
+        return max(1, min(self.ceiling, int(self.limit)))
+
+    @property
+    def base(self) -> float | None:
+        return self.by_load[min(self.by_load)] if self.by_load else None
+
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the requests in flight with this one (what it tests)."""
+        if self.in_flight < self.allowed and not self._waiters:
+            self.in_flight += 1
+            return self.in_flight
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._release_slot()  # granted and cancelled at once: hand the slot on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+        return self.in_flight
+
+    def release(self) -> None:
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < self.allowed:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+    def answered(self, latency_s: float, units: float, sent_with: int) -> None:
+        """A usable answer after `latency_s` for `units` of work, sent with `sent_with` requests
+        in flight (itself included)."""
+        if not self.adaptive:
+            return
+        unit = latency_s / max(units, 1.0)
+        load = max(1, sent_with)
+        previous = self.by_load.get(load)
+        average = unit if previous is None else previous + self.SMOOTHING * (unit - previous)
+        self.by_load[load] = average
+        self._samples[load] = self._samples.get(load, 0) + 1
+        lowest = min(self.by_load)
+        # A base of few answers may be one lucky one: allow more until it has MIN_SAMPLES.
+        tolerance = self.TOLERANCE if self._samples[lowest] >= self.MIN_SAMPLES else self.LOOSE_TOLERANCE
+        bound = tolerance * self.by_load[lowest]
+        if load > lowest and average > bound:
+            if self._samples[load] >= self.MIN_SAMPLES and self._clock() >= self._hold_until:
+                self._decrease(max(0.5, bound / average), latency_s)
+        elif load >= self.allowed:
+            self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+            self._wake()
+
+    def overloaded(self, latency_s: float) -> None:
+        """A timeout, a 429 or a 503: the judge has more than it can take."""
+        if self.adaptive and self._clock() >= self._hold_until:
+            self._decrease(0.5, latency_s)
+
+    def _decrease(self, factor: float, latency_s: float) -> None:
+        self.slow_start = False
+        self.limit = max(1.0, self.limit * factor)
+        self._hold_until = self._clock() + latency_s

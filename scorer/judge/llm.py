@@ -1,10 +1,19 @@
 """LLMJudge: judges a sample's contexts through a ChatClient with the batched verdict prompt.
 
 One call per sample when it has at most `max_contexts_per_call` contexts, else concurrent
-batches that keep the original indices. Cached contexts are not sent. An answer that lacks
-verdicts for some indices is followed by a re-ask for those indices only (at most two); an
-answer that is not readable JSON is asked again (at most two retries). If verdicts are still
-missing the sample fails with JudgeBadResponse: a missing verdict is never taken for "no"."""
+batches that keep the original indices. Cached contexts are not sent. Each call carries the
+answer's JSON schema (structured.py; the client sends it in the form the endpoint takes).
+
+An answer that lacks verdicts for some indices is followed by a re-ask for those indices only
+(at most two); an answer that is not readable JSON is asked again (at most two retries). A
+re-ask says what was wrong (the indices missing, a verdict word that is not yes or no, an
+answer cut off at max_tokens), since repeating the request at temperature 0 gets the same
+answer; a cut-off answer is asked again with twice the room (up to JudgeConfig.max_tokens) and
+a request for terse reasons. If verdicts are still missing the sample fails with
+JudgeBadResponse: a missing verdict is never taken for "no".
+
+Every HTTP attempt counts in the sample's usage, and a failure carries the usage so far
+(JudgeError.usage), so that a failed sample's record shows what it cost."""
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +22,13 @@ from typing import Sequence
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
 from ctxprec.scorer.judge.cache import CachedVerdict, VerdictCache, verdict_keys
-from ctxprec.scorer.judge.chat import ChatClient, JudgeBadResponse
+from ctxprec.scorer.judge.chat import ChatClient, ChatResponse, JudgeBadResponse, JudgeError, ChatMessage
 from ctxprec.scorer.judge.prompt import (
     PROMPT_VERSION,
     reason_messages,
     verdict_messages,
 )
+from ctxprec.scorer.judge.structured import REASON_MAX_CHARS, reason_schema, verdict_schema
 from ctxprec.scorer.judge.verdicts import (
     MalformedAnswer,
     ParsedVerdict,
@@ -62,17 +72,24 @@ class LLMJudge:
         usage.cached_contexts = len(found)
 
         batches = _split(to_send, self.config.max_contexts_per_call)
-        if len(batches) == 1:
-            results = [await self._judge_batch(batches[0], query, reference_kind, reference, usage)]
-        elif batches:
-            async with asyncio.TaskGroup() as group:  # one failed batch cancels the others
-                tasks = [
-                    group.create_task(self._judge_batch(batch, query, reference_kind, reference, usage))
-                    for batch in batches
-                ]
-            results = [task.result() for task in tasks]
-        else:
-            results = []
+        try:
+            if len(batches) == 1:
+                results = [await self._judge_batch(batches[0], query, reference_kind, reference, usage)]
+            elif batches:
+                try:
+                    async with asyncio.TaskGroup() as group:  # one failed batch cancels the others
+                        tasks = [
+                            group.create_task(self._judge_batch(batch, query, reference_kind, reference, usage))
+                            for batch in batches
+                        ]
+                except ExceptionGroup as failed:
+                    raise failed.exceptions[0] from None
+                results = [task.result() for task in tasks]
+            else:
+                results = []
+        except JudgeError as exc:
+            exc.usage = usage  # what the sample cost before it failed
+            raise
         for parsed in results:
             for index, verdict in parsed.items():
                 found[index] = Verdict(index, verdict.relevant, verdict.reason)
@@ -91,17 +108,19 @@ class LLMJudge:
         pending = [index for index, _ in items]
         got: dict[int, ParsedVerdict] = {}
         reasks = malformed = 0
+        problem: str | None = None
+        max_tokens = self._room(len(pending))
         while True:
             messages = verdict_messages(
                 query=query,
                 reference_kind=reference_kind,
                 reference=reference,
                 items=[(i, texts[i]) for i in pending],
+                problem=problem,
+                reason_chars=REASON_MAX_CHARS,
             )
-            response = await self.client.complete(
-                messages, max_tokens=_TOKENS_OVERHEAD + _TOKENS_PER_VERDICT * len(pending), json_mode=True
-            )
-            usage.add_call(response.prompt_tokens, response.completion_tokens, response.cost_usd, response.latency_ms)
+            response = await self._call(messages, max_tokens, verdict_schema(pending), usage)
+            cut = response.finish_reason == "length" or response.completion_tokens >= max_tokens
             try:
                 parsed = parse_verdicts(response.text, pending)
             except MalformedAnswer as exc:
@@ -111,6 +130,12 @@ class LLMJudge:
                         f"judge {self.model} answered {malformed} times without readable verdict JSON "
                         f"for context indices {pending}: {exc}"
                     ) from None
+                if cut:
+                    problem = (f"it was cut off at {max_tokens} tokens before the JSON ended. Keep each reason "
+                               "to a few words.")
+                    max_tokens = self._more_room(max_tokens, len(pending))
+                else:
+                    problem = f"it was not the JSON object asked for ({exc})."
                 continue
             got.update(parsed.verdicts)
             if not parsed.unresolved:
@@ -122,6 +147,32 @@ class LLMJudge:
                     f"after {MAX_REASKS} re-asks (last answer: {parsed.describe()}); no score is made up"
                 )
             pending = parsed.unresolved
+            problem = parsed.problem()
+            if cut:
+                problem += f" It was cut off at {max_tokens} tokens: keep each reason to a few words."
+                max_tokens = self._more_room(max_tokens, len(pending))
+            else:
+                max_tokens = self._room(len(pending))
+
+    async def _call(
+        self, messages: list[ChatMessage], max_tokens: int, schema: dict[str, object], usage: JudgeUsage
+    ) -> ChatResponse:
+        """One judge call; every attempt it made counts in `usage`, a failed one's too."""
+        try:
+            response = await self.client.complete(messages, max_tokens=max_tokens, json_mode=True, schema=schema)
+        except JudgeError as exc:
+            usage.calls += exc.attempts
+            raise
+        usage.add_call(response.prompt_tokens, response.completion_tokens, response.cost_usd, response.latency_ms,
+                       calls=response.attempts)
+        return response
+
+    def _room(self, count: int) -> int:
+        """max_tokens for `count` verdicts: one short reason each."""
+        return min(self.config.max_tokens, _TOKENS_OVERHEAD + _TOKENS_PER_VERDICT * count)
+
+    def _more_room(self, current: int, count: int) -> int:
+        return min(self.config.max_tokens, max(2 * current, self._room(count)))
 
     async def explain(
         self,
@@ -144,8 +195,8 @@ class LLMJudge:
         )
         last_error = ""
         for _ in range(1 + MAX_MALFORMED_RETRIES):
-            response = await self.client.complete(messages, max_tokens=_REASON_MAX_TOKENS, json_mode=True)
-            usage.add_call(response.prompt_tokens, response.completion_tokens, response.cost_usd, response.latency_ms)
+            response = await self._call(messages, min(self.config.max_tokens, _REASON_MAX_TOKENS), reason_schema(),
+                                        usage)
             try:
                 return parse_reason(response.text)
             except MalformedAnswer as exc:

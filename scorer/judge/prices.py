@@ -11,7 +11,9 @@ package without running it, and the file is read once. Names resolve as litellm'
   Vertex AI, Cohere and a few others; `deepseek-chat` alone it cannot);
 - `provider/name` where `name` is a key whose provider is `provider` (`openai/gpt-4o-mini`,
   `anthropic/claude-...`) is that entry;
-- anything else is unknown, and costs 0 (the stub's model, self-hosted ones).
+- anything else is unknown, and costs 0 (the stub's model, self-hosted ones) unless the user
+  gives its price (JudgeConfig.price_per_mtok, `--judge-price-per-mtok INPUT,OUTPUT`), which also
+  wins over the map. A daily budget needs a price: `unpriced_budget_error` says when it has none.
 
 Entries with an `off_peak_pricing` block (DeepSeek's night and weekend rates) are priced at the
 rate in force when the call is made, as litellm bills them (see off_peak.py).
@@ -151,3 +153,26 @@ def model_prices(model: str, when: datetime | None = None) -> tuple[float, float
     """USD per prompt token and per completion token at `when` (default: now); (0, 0) for models
     the map does not know."""
     return model_schedule(model).at(when)
+
+
+def given_schedule(price_per_mtok: tuple[float, float]) -> PriceSchedule:
+    """The schedule of a price given in USD per million prompt and completion tokens."""
+    return PriceSchedule((price_per_mtok[0] / 1e6, price_per_mtok[1] / 1e6))
+
+
+def judge_schedule(model: str, price_per_mtok: tuple[float, float] | None = None) -> PriceSchedule:
+    """The judge's prices: the one given, else the cost map's."""
+    return given_schedule(price_per_mtok) if price_per_mtok is not None else model_schedule(model)
+
+
+def unpriced_budget_error(model: str, price_per_mtok: tuple[float, float] | None) -> str | None:
+    """Why a USD budget cannot work for this judge, or None when it can: a model the cost map does
+    not price would cost 0 and the budget would never trip. The local judge is free: no error."""
+    if price_per_mtok is not None or model.strip().lower() == "local":
+        return None
+    schedule = model_schedule(model)
+    if schedule.standard != UNPRICED or schedule.off_peak is not None:
+        return None
+    return (f"the judge model {model!r} has no price in litellm's cost map, so its calls would cost 0 and the "
+            f"budget would never trip; give its price with --judge-price-per-mtok INPUT,OUTPUT (USD per million "
+            f"prompt and completion tokens, e.g. 0,0 for a free local server), or drop the budget")

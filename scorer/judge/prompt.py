@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from ctxprec.scorer.judge.chat import ChatMessage
 
-PROMPT_VERSION = "ctxprec-cp-v1"
+PROMPT_VERSION = "ctxprec-cp-v2"
 
 BEGIN_DATA = "BEGIN_DATA"
 END_DATA = "END_DATA"
@@ -64,9 +64,17 @@ def _data_block(payload: dict[str, Any]) -> str:
 
 
 def verdict_messages(
-    *, query: str, reference_kind: str, reference: str, items: Sequence[tuple[int, str]]
+    *,
+    query: str,
+    reference_kind: str,
+    reference: str,
+    items: Sequence[tuple[int, str]],
+    problem: str | None = None,
+    reason_chars: int = 160,
 ) -> list[ChatMessage]:
-    """Ask for one verdict per (context_index, text) in `items` (indices are the original ranks)."""
+    """Ask for one verdict per (context_index, text) in `items` (indices are the original ranks).
+    `problem` says what was wrong with the previous answer when this is a re-ask: a re-ask that
+    only repeated the request would, at temperature 0, get the same answer again."""
     indices = [index for index, _ in items]
     instructions = (
         f"Decide for each context whether it is relevant for producing {_REFERENCE_PHRASE[reference_kind]}. "
@@ -74,8 +82,12 @@ def verdict_messages(
         'text; otherwise it is not ("no").\n\n'
         "Answer with a single JSON object and nothing else, in exactly this form:\n"
         '{"verdicts": [{"context_index": <int>, "verdict": "yes" or "no", "reason": "<one short sentence>"}]}\n'
-        f"Give exactly one verdict for each of these context_index values: {json.dumps(indices)}.\n\n"
+        f"Give exactly one verdict for each of these context_index values: {json.dumps(indices)}. Use those "
+        f"numbers as they are (they count from {indices[0] if indices else 0}, not from 1). Keep each reason under "
+        f"{reason_chars} characters and do not copy the context into it.\n\n"
     )
+    if problem:
+        instructions += f"Your previous answer could not be used: {problem} Answer again, for these indices only.\n\n"
     payload = {
         "task": "verdicts",
         "query": query,

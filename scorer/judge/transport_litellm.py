@@ -35,7 +35,12 @@ class LiteLLMTransport:
         self._litellm: ModuleType | None = None
 
     async def send(
-        self, messages: Sequence[ChatMessage], *, max_tokens: int | None, json_mode: bool, temperature: float
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None,
+        response_format: dict[str, Any] | None,
+        temperature: float,
     ) -> TransportReply:
         litellm = self._litellm or self._load()
         kwargs: dict[str, Any] = {
@@ -47,8 +52,10 @@ class LiteLLMTransport:
         }
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
-        if json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
+        if response_format is not None:
+            # litellm maps OpenAI's json_schema form to the providers it knows (a tool call for
+            # Anthropic, Gemini's responseSchema, Ollama's format).
+            kwargs["response_format"] = response_format
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self._api_key:
@@ -58,14 +65,17 @@ class LiteLLMTransport:
         except Exception as exc:
             raise _attempt_error(litellm, exc) from None
         try:
-            content = response.choices[0].message.content
+            choice = response.choices[0]
+            content = choice.message.content
         except (AttributeError, IndexError, TypeError):
             raise AttemptError("bad_response", "response has no choices[0].message") from None
         if not isinstance(content, str) or not content:
             raise AttemptError("bad_response", "response has no text in choices[0].message.content")
         usage = getattr(response, "usage", None)
+        finish = getattr(choice, "finish_reason", None)
         return TransportReply(
-            content, _count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None))
+            content, _count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None)),
+            finish if isinstance(finish, str) else None,
         )
 
     def prepare(self) -> None:

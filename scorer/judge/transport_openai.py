@@ -14,7 +14,6 @@ from ctxprec.scorer.judge.chat import ChatMessage
 from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
 from ctxprec.scorer.retry import parse_retry_after
 
-_JSON_MODE = {"type": "json_object"}
 _MAX_ERROR_TEXT = 300
 
 
@@ -49,7 +48,12 @@ class OpenAIDirectTransport:
             self._open()
 
     async def send(
-        self, messages: Sequence[ChatMessage], *, max_tokens: int | None, json_mode: bool, temperature: float
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None,
+        response_format: dict[str, Any] | None,
+        temperature: float,
     ) -> TransportReply:
         body: dict[str, Any] = {
             "model": self.model,
@@ -58,8 +62,8 @@ class OpenAIDirectTransport:
         }
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
-        if json_mode:
-            body["response_format"] = _JSON_MODE
+        if response_format is not None:
+            body["response_format"] = response_format
         session = self._session or self._open()
         try:
             async with session.post(self.url, data=json.dumps(body).encode(), headers=self._headers) as response:
@@ -88,7 +92,8 @@ def parse_reply(raw: bytes) -> TransportReply:
     """The first choice's content and the usage of an OpenAI chat-completions body."""
     try:
         payload = json.loads(raw)
-        content = payload["choices"][0]["message"]["content"]
+        choice = payload["choices"][0]
+        content = choice["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise AttemptError("bad_response", f"response is not a chat completion: {_snippet(raw)}") from None
     if not isinstance(content, str) or not content:
@@ -98,7 +103,8 @@ def parse_reply(raw: bytes) -> TransportReply:
     if isinstance(usage, dict):
         prompt_tokens = _count(usage.get("prompt_tokens"))
         completion_tokens = _count(usage.get("completion_tokens"))
-    return TransportReply(content, prompt_tokens, completion_tokens)
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return TransportReply(content, prompt_tokens, completion_tokens, finish if isinstance(finish, str) else None)
 
 
 def _count(value: object) -> int | None:

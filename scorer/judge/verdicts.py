@@ -1,9 +1,13 @@
 """Strict reading of the judge's answer.
 
-Tolerated around the one JSON object: a ```json fence, and prose before or after it. Nothing
-else is guessed: an entry with a missing, duplicate or out-of-range `context_index`, or a
-verdict that is neither "yes" nor "no", is reported so that the caller re-asks for those
-indices; it is never read as "no"."""
+Tolerated around the one JSON object: a ```json fence, and prose before or after it; raw control
+characters inside its strings; a verdict word in any case ("YES"); an index written as a string
+of digits ("2"). Indices numbered from 1
+(1..n for n contexts, 0 absent) are recognised and mapped back, never silently taken as the
+neighbouring context's. Nothing else is guessed: an entry with a missing, duplicate or
+out-of-range `context_index`, or a verdict that is neither "yes" nor "no", is reported, with
+what was wrong in words the judge can be told (`VerdictParse.problem`), so that the caller
+re-asks for those indices; it is never read as "no"."""
 from __future__ import annotations
 
 import json
@@ -32,6 +36,10 @@ class VerdictParse:
     duplicate: list[int] = field(default_factory=list)
     out_of_range: list[int] = field(default_factory=list)
     invalid: list[int] = field(default_factory=list)  # verdict not yes/no, or a bad entry
+    one_based: bool = False  # the indices were numbered from 1 and were mapped back
+    unclear_numbering: bool = False  # they may be numbered from 1 or not: nothing was taken
+    shapes: list[str] = field(default_factory=list)  # entries that were not verdict objects, described
+    bad_words: dict[int, str] = field(default_factory=dict)  # index -> the verdict it gave
 
     @property
     def unresolved(self) -> list[int]:
@@ -50,8 +58,28 @@ class VerdictParse:
                 parts.append(f"{label} {sorted(values)}")
         return ", ".join(parts) or "complete"
 
+    def problem(self) -> str:
+        """What was wrong, said to the judge in a re-ask."""
+        parts = []
+        if self.unclear_numbering:
+            parts.append("its context_index values looked numbered from 1; use the numbers given")
+        if self.shapes:
+            parts.append("each entry of \"verdicts\" must be an object with context_index, verdict and reason, "
+                         f"not {self.shapes[0]}")
+        if self.missing and not self.unclear_numbering:
+            parts.append(f"it gave no verdict for context_index {', '.join(map(str, self.missing))}")
+        if self.duplicate:
+            parts.append(f"it gave more than one verdict for context_index {', '.join(map(str, self.duplicate))}")
+        for index, word in sorted(self.bad_words.items())[:3]:
+            parts.append(f"the verdict for context_index {index} was {word}, not \"yes\" or \"no\"")
+        if self.out_of_range and not self.one_based:
+            parts.append(f"context_index {', '.join(map(str, self.out_of_range[:5]))} was not asked for")
+        return "; ".join(parts) + "." if parts else ""
 
-_DECODER = json.JSONDecoder()  # stateless; building one per answer costs more than decoding it
+
+# Stateless; building one per answer costs more than decoding it. strict=False: a raw newline
+# inside a reason (which llama-cpp-python's grammar for a length-capped string lets through) is read.
+_DECODER = json.JSONDecoder(strict=False)
 
 
 def extract_json_object(text: str) -> dict[str, Any]:
@@ -87,17 +115,31 @@ def parse_verdicts(text: str, expected: Collection[int]) -> VerdictParse:
         raise MalformedAnswer('the answer has no "verdicts" list')
     wanted = set(expected)
     result = VerdictParse()
+    indexed: list[tuple[int, dict[str, Any]]] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            # Cannot be tied to an index; the index shows up as missing instead.
+            result.shapes.append(_shape(entry))
+            continue
+        index = _index(entry.get("context_index"))
+        if index is None:
+            result.shapes.append("an object without a whole-number context_index")
+            continue
+        indexed.append((index, entry))
+    answered = {index for index, _ in indexed}
+    shift = _numbering(wanted, answered)
+    if shift is None:
+        result.unclear_numbering = True
+        result.missing = sorted(wanted)
+        return result
+    result.one_based = shift == 1
     seen: dict[int, int] = {}
     candidates: dict[int, ParsedVerdict] = {}
     invalid: set[int] = set()
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue  # cannot be tied to an index; the index shows up as missing instead
-        index = entry.get("context_index")
-        if isinstance(index, bool) or not isinstance(index, int):
-            continue
+    for raw_index, entry in indexed:
+        index = raw_index - shift
         if index not in wanted:
-            result.out_of_range.append(index)
+            result.out_of_range.append(raw_index)
             continue
         seen[index] = seen.get(index, 0) + 1
         verdict = entry.get("verdict")
@@ -105,6 +147,8 @@ def parse_verdicts(text: str, expected: Collection[int]) -> VerdictParse:
         word = verdict.strip().lower() if isinstance(verdict, str) else None
         if word not in ("yes", "no") or (reason is not None and not isinstance(reason, str)):
             invalid.add(index)
+            if word not in ("yes", "no"):
+                result.bad_words[index] = "missing" if verdict is None else json.dumps(verdict)[:40]
             continue
         candidates[index] = ParsedVerdict(index, word == "yes", (reason or "").strip())
     result.duplicate = sorted(i for i, n in seen.items() if n > 1)
@@ -112,6 +156,39 @@ def parse_verdicts(text: str, expected: Collection[int]) -> VerdictParse:
     result.missing = sorted(wanted - set(seen))
     result.verdicts = {i: v for i, v in candidates.items() if seen[i] == 1 and i not in invalid}
     return result
+
+
+def _index(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _numbering(wanted: set[int], answered: set[int]) -> int | None:
+    """For contexts 0..n-1 asked for: 0 when the answer uses those indices, 1 when it numbered
+    them from 1 (every index within 1..n, 0 absent, n present), None when it cannot be told (within
+    1..n and 0 absent, but no n to show it). Other sets (a re-ask's) are taken as given."""
+    if not answered or 0 in answered or wanted != set(range(len(wanted))):
+        return 0
+    if not answered <= {index + 1 for index in wanted}:
+        return 0
+    return 1 if max(wanted) + 1 in answered else None
+
+
+def _shape(entry: object) -> str:
+    if isinstance(entry, bool):
+        return "true or false"
+    if isinstance(entry, (int, float)):
+        return f"a bare number ({entry})"
+    if isinstance(entry, str):
+        return f"a bare string ({json.dumps(entry)[:40]})"
+    if isinstance(entry, list):
+        return "a list"
+    return "null"
 
 
 def parse_reason(text: str) -> str:

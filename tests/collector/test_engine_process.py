@@ -317,7 +317,8 @@ async def test_judge_error_keeps_its_kind_across_the_pipe(make_stub_judge: MakeS
 
 async def test_killed_child_fails_its_scores_and_the_next_score_starts_a_new_one(make_stub_judge: MakeStub) -> None:
     stub = await make_stub_judge(latency_ms=2000)
-    config = stub_config(stub, cache_size=0)
+    # All three at the judge at once: not one at a time, as the adaptive limit starts.
+    config = stub_config(stub, cache_size=0, adaptive_concurrency=False)
     engine = ProcessEngine(config)
     try:
         await engine.warm_up()

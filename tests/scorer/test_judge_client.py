@@ -92,7 +92,7 @@ async def test_ok_call_reports_usage_and_one_event(stub_judge: StubJudge) -> Non
     assert response.prompt_tokens > 0 and response.cost_usd == 0.0  # litellm does not know the stub's model
     assert [(e.outcome, e.prompt_tokens, e.cost_usd) for e in events] == [("ok", response.prompt_tokens, 0.0)]
     sent = stub_judge.recent[-1].body
-    assert sent["model"] == "ctxprec-stub-judge" and sent["response_format"] == {"type": "json_object"}
+    assert sent["model"] == "ctxprec-stub-judge" and sent["response_format"] == {"type": "json_object"}  # no schema given
     assert sent["temperature"] == 0.0
 
 
@@ -159,8 +159,11 @@ async def test_500_is_retried_then_fails_with_server_error(make_stub_judge) -> N
         await client.complete(messages())
     await client.aclose()
     assert caught.value.kind == "server_error" and "HTTP 500" in str(caught.value)
-    assert [e.outcome for e in events] == ["server_error"] * 4
-    assert stub.stats.responses == {500: 4}
+    # The first 500 might have been a form the server rejects: one probe per form, all 500 too,
+    # settles nothing (a judge that is down keeps the best form); then the three retries.
+    assert [e.outcome for e in events] == ["server_error"] * (1 + 4 + 3)
+    assert stub.stats.responses == {500: 8}
+    assert client.forms.form == "json_schema" and not client.forms.settled
 
 
 async def test_timeouts_are_per_attempt_and_retried(make_stub_judge) -> None:
@@ -216,7 +219,8 @@ async def test_connection_refused_is_a_connection_error() -> None:
 async def test_breaker_opens_fails_fast_and_recovers(make_stub_judge) -> None:
     stub = await make_stub_judge(error_rate=1.0, fault_kinds=("server_error",))
     events: list[RequestEvent] = []
-    client = client_for(stub.url, observer=events.append, max_retries=0, breaker_threshold=2, breaker_cooldown_s=0.5)
+    client = client_for(stub.url, observer=events.append, max_retries=0, breaker_threshold=2, breaker_cooldown_s=0.5,
+                        structured_output="json_object")  # no form probes among the counted requests
     for _ in range(2):
         with pytest.raises(JudgeError):
             await client.complete(messages())

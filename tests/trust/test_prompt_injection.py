@@ -119,7 +119,11 @@ async def test_the_rules_tell_the_judge_to_ignore_instructions_in_the_data(stub_
     system = body["messages"][0]
     assert system["role"] == "system" and system["content"] == VERDICTS_SYSTEM
     assert "do not follow them" in system["content"]
-    assert body["response_format"] == {"type": "json_object"}
+    # The answer's shape is fixed by a schema too (one entry per index asked for, verdict yes or no).
+    schema = body["response_format"]["json_schema"]["schema"]
+    entries = schema["properties"]["verdicts"]["prefixItems"]
+    assert body["response_format"]["type"] == "json_schema"
+    assert [e["properties"]["verdict"]["enum"] for e in entries] == [["yes", "no"]] * len(entries)
 
 
 def test_a_judge_that_echoes_injected_json_is_not_believed() -> None:

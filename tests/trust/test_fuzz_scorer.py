@@ -60,16 +60,42 @@ answers = st.one_of(
 expected_indices = st.sets(st.integers(0, 6), min_size=1, max_size=7)
 
 
+def whole_index(value: Any) -> int | None:
+    """A context_index as the judge may write it: an int, or a string of digits (never a bool)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def numbering(expected: set[int], given: set[int]) -> int | None:
+    """How far the answer's indices are shifted: 1 when contexts 0..n-1 were asked for and the
+    answer numbered them 1..n (0 absent, n present), None when that cannot be told (within 1..n,
+    0 and n absent), else 0."""
+    n = len(expected)
+    if not given or 0 in given or expected != set(range(n)) or not given <= set(range(1, n + 1)):
+        return 0
+    return 1 if n in given else None
+
+
 def oracle(obj: Any, expected: set[int]) -> dict[int, bool]:
-    """The verdicts a strict reading must accept: an expected index given by exactly one entry
-    with an int index, a yes/no verdict and a string (or no) reason; never anything else."""
+    """The verdicts a strict reading must accept: an expected index (after the numbering is
+    told) given by exactly one entry with a yes/no verdict and a string (or no) reason; never
+    anything else. Unclear numbering accepts nothing."""
+    entries = [e for e in (obj.get("verdicts", []) if isinstance(obj, dict) else []) if isinstance(e, dict)]
+    indexed = [(whole_index(e.get("context_index")), e) for e in entries]
+    indexed = [(i, e) for i, e in indexed if i is not None]
+    shift = numbering(expected, {i for i, _ in indexed})
+    if shift is None:
+        return {}
     counts: dict[int, int] = {}
     good: dict[int, bool] = {}
-    for entry in obj.get("verdicts", []) if isinstance(obj, dict) else []:
-        if not isinstance(entry, dict):
-            continue
-        index = entry.get("context_index")
-        if isinstance(index, bool) or not isinstance(index, int) or index not in expected:
+    for raw, entry in indexed:
+        index = raw - shift
+        if index not in expected:
             continue
         counts[index] = counts.get(index, 0) + 1
         word = entry.get("verdict")

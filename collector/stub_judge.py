@@ -182,6 +182,7 @@ class StubStats:
     completion_tokens: int = 0
     forms: dict[str, int] = field(default_factory=dict)  # response_format form -> requests
     max_in_flight: int = 0  # the most requests being judged at once
+    max_queued: int = 0  # with slots: the most requests held at once, judged or waiting
     dropped: int = 0  # queued requests whose client had gone (slots)
     cut: int = 0  # answers cut at max_tokens
 
@@ -194,6 +195,7 @@ class StubStats:
             "completion_tokens": self.completion_tokens,
             "forms": dict(sorted(self.forms.items())),
             "max_in_flight": self.max_in_flight,
+            "max_queued": self.max_queued,
             "dropped": self.dropped,
             "cut": self.cut,
         }
@@ -329,6 +331,7 @@ class StubJudge:
         self._slots: asyncio.Semaphore | None = None
         self._slot_count = 0
         self._in_flight = 0
+        self._held = 0  # with slots: requests judged or waiting for a slot
         self._shape_turn = 0
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
@@ -433,6 +436,8 @@ class StubJudge:
         """One of `slots` requests judged at a time; the others wait here, as in a model server."""
         if self._slots is None or self._slot_count != self.settings.slots:
             self._slots, self._slot_count = asyncio.Semaphore(self.settings.slots), self.settings.slots
+        self._held += 1
+        self.stats.max_queued = max(self.stats.max_queued, self._held)
         try:
             async with self._slots:
                 transport = request.transport
@@ -443,6 +448,8 @@ class StubJudge:
         except asyncio.CancelledError:
             self.stats.dropped += 1  # the client went away (aiohttp cancels the handler)
             raise
+        finally:
+            self._held -= 1
 
     async def _judge(self, body: dict[str, Any], form: str, schema: dict[str, Any] | None) -> web.Response:
         self._in_flight += 1

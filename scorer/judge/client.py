@@ -270,15 +270,16 @@ class LimitedChatClient:
             form = form or self._forms.form
             body_format = response_format(form, schema or None)
         started = time.perf_counter()
+        timeout_s = self._timeout_s + self._in_flight.queue_allowance(sent_with)
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(timeout_s):
                 reply = await self._transport.send(
                     messages, max_tokens=max_tokens, response_format=body_format, temperature=self._temperature
                 )
         except AttemptError as exc:
             error = exc
         except TimeoutError:
-            error = AttemptError("timeout", f"no answer within {self._timeout_s:g}s")
+            error = AttemptError("timeout", f"no answer within {timeout_s:.3g}s")
         finally:
             latency_s = time.perf_counter() - started
             if error is not None and error.status is not None and form_given is None and schema is not False:

@@ -215,6 +215,7 @@ class AdaptiveLimit:
         self.slow_start = adaptive
         self._clock = clock
         self.by_load: dict[int, float] = {}  # requests in flight when sent -> EWMA unit latency
+        self.alone_s: float | None = None  # EWMA latency in seconds of answers sent alone
         self._samples: dict[int, int] = {}
         self._hold_until = 0.0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -261,6 +262,8 @@ class AdaptiveLimit:
     def answered(self, latency_s: float, units: float, sent_with: int) -> None:
         """A usable answer after `latency_s` for `units` of work, sent with `sent_with` requests
         in flight (itself included)."""
+        if sent_with <= 1:
+            self.alone_s = latency_s if self.alone_s is None else self.alone_s + self.SMOOTHING * (latency_s - self.alone_s)
         if not self.adaptive:
             return
         unit = latency_s / max(units, 1.0)
@@ -279,6 +282,15 @@ class AdaptiveLimit:
         elif load >= self.allowed:
             self.limit = min(float(self.ceiling), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
             self._wake()
+
+    def queue_allowance(self, sent_with: int) -> float:
+        """Seconds a request sent with `sent_with` in flight may wait, beyond its own timeout,
+        for the requests of ours ahead of it: a server that answers one at a time serves them
+        first, each in about the latency seen alone. What it spends in the server's queue is
+        then not taken for a hung request (nor abandoned, to be sent again behind the others)."""
+        if self.alone_s is None or sent_with <= 1:
+            return 0.0
+        return (sent_with - 1) * self.alone_s
 
     def overloaded(self, latency_s: float) -> None:
         """A timeout, a 429 or a 503: the judge has more than it can take."""

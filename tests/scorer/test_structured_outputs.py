@@ -15,6 +15,7 @@ from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
 from ctxprec.scorer.event_files import jsonl_events
 from ctxprec.scorer.judge.chat import ChatMessage, JudgeBadResponse, JudgeError
+from ctxprec.scorer.judge.limits import AdaptiveLimit
 from ctxprec.scorer.judge.structured import FORMS, response_format, verdict_schema
 
 CONTEXTS = ["Refunds are accepted within 30 days of delivery.", "The Eiffel Tower is 330 metres tall.",
@@ -192,6 +193,34 @@ async def test_without_adaptive_concurrency_the_same_server_times_out(make_stub_
     assert tally.failed_by_outcome["timeout"] > 0
     assert any(r["error"] and r["error"]["type"] == "timeout" for r in records)
     assert stub.stats.dropped > 0  # abandoned requests the server found gone when their turn came
+
+
+async def test_time_in_the_servers_queue_behind_our_own_requests_is_not_a_timeout(make_stub_judge) -> None:
+    # Each request alone takes 0.3 s and the timeout is 0.45 s: once the limit lets a second
+    # request go out beside the first (slow start does), that one waits 0.3 s in the server's
+    # queue and needs 0.6 s. Its allowance, the requests of ours ahead of it at the latency seen
+    # alone, keeps it from being abandoned.
+    stub = await make_stub_judge(slots=1, latency_ms=300)
+    tally = JudgeTally()
+    engine = engine_for(stub, tally, timeout_s=0.45, max_retries=0)
+    lines = [(i, json.dumps({"query": f"{QUERY} {i}", "contexts": CONTEXTS, "output": ANSWER}).encode())
+             for i in range(1, 9)]
+    records: list[dict[str, Any]] = []
+    await score_events(jsonl_events(lines), engine, concurrency=16, window=64, write=lambda r: records.append(r) or True)
+    await engine.aclose()
+    assert [r["error"] for r in records] == [None] * 8
+    assert tally.failed_by_outcome == {} and stub.stats.dropped == 0
+    assert stub.stats.max_queued >= 2  # the limit did go above one: the allowance was used
+
+
+def test_the_queue_allowance_is_the_requests_ahead_at_the_latency_seen_alone() -> None:
+    limit = AdaptiveLimit(8)
+    assert limit.queue_allowance(3) == 0.0  # nothing seen alone yet: no allowance
+    limit.answered(2.0, 100, sent_with=1)
+    assert limit.queue_allowance(1) == 0.0
+    assert limit.queue_allowance(3) == pytest.approx(4.0)
+    limit.answered(9.0, 100, sent_with=3)  # a queued answer does not change the time alone
+    assert limit.queue_allowance(2) == pytest.approx(2.0)
 
 
 def test_forms_are_the_documented_order() -> None:

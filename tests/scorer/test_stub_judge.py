@@ -205,7 +205,7 @@ async def test_control_stats_models_healthz(stub_judge: StubJudge) -> None:
             stats = await response.json()
         assert stats == {"requests": 1, "responses": {"500": 1}, "faults": {"server_error": 1},
                          "prompt_tokens": 0, "completion_tokens": 0, "forms": {"off": 1},
-                         "max_in_flight": 1, "dropped": 0, "cut": 0}
+                         "max_in_flight": 1, "max_queued": 0, "dropped": 0, "cut": 0}
         async with session.post(base + "/control", json={"error_rate": 0, "reset_stats": True}) as response:
             assert response.status == 200
     assert stub_judge.stats.requests == 0

@@ -101,7 +101,7 @@ async def _wait(predicate: Any, timeout: float, what: str, notes: list[str]) -> 
         notes.append(str(exc))
 
 
-async def observe(cell: JsCell, stub: StubJudge, tmp_path: Path, *, expected: int = 3, timeout: float = 20.0,
+async def observe(cell: JsCell, stub: StubJudge, tmp_path: Path, *, expected: int = 3, timeout: float = 60.0,
                   config: dict[str, Any] | None = None) -> Observation:
     """Runs one cell through a scoring and a counting sidecar (with `config`, default the cell's);
     waits (up to `timeout` each) for `expected` decisions in both and as many scored spans

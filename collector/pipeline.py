@@ -31,6 +31,7 @@ from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor
 from ctxprec.collector.metrics.http import JudgeReachable, MetricsServer
@@ -47,7 +48,6 @@ from ctxprec.collector.sampling.decide import (
     RecentKeys,
     RetrievalGate,
     RssGuard,
-    current_rss_bytes,
     score_throttle,
 )
 from ctxprec.collector.sampling.sampler import Sampler
@@ -386,7 +386,7 @@ class Pipeline:
     def _rss_bytes(self) -> int:
         """The memory cap covers the scoring process too: they share the container's limit."""
         child = getattr(self.engine, "rss_bytes", None)
-        return current_rss_bytes() + (child() if child is not None else 0)
+        return anonymous_rss_bytes() + (child() if child is not None else 0)
 
     @property
     def otlp_grpc_port(self) -> int | None:

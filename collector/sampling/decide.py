@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
-import resource
 import time
 from collections import OrderedDict
 from typing import Callable
 
 from ctxprec.collector.components import Deadline, Decisions, ScoringQueue, Stateless
+from ctxprec.collector.memory import anonymous_rss_bytes, release_freed
 from ctxprec.collector.model import RAG_EVENT, SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.sampling.config import SamplingConfig
 from ctxprec.collector.sampling.sampler import TraceSampler, trace_id_bytes
@@ -78,26 +77,23 @@ class DailyBudget:
         self._scored += 1
 
 
-def current_rss_bytes() -> int:
-    """Resident set size now (Linux /proc), else the peak (portable fallback)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if os.uname().sysname == "Darwin" else peak * 1024
-
-
 class RssGuard:
-    """True while RSS is over the cap. Reads /proc at most every `interval_s` (submit is hot)."""
+    """True while the memory the sidecar's work holds is over the cap (anonymous resident memory,
+    collector/memory.py). Reads /proc at most every `interval_s` (submit is hot). Over the cap, it
+    first has the allocator give back what Python has freed (at most every `release_interval_s`)
+    and reads again: a spike that has passed does not keep shedding healthy work."""
 
-    def __init__(self, limit_bytes: int | None, *, interval_s: float = 0.25, clock: Clock = time.monotonic,
-                 probe: Callable[[], int] = current_rss_bytes) -> None:
+    def __init__(self, limit_bytes: int | None, *, interval_s: float = 0.25, release_interval_s: float = 5.0,
+                 clock: Clock = time.monotonic, probe: Callable[[], int] = anonymous_rss_bytes,
+                 release: Callable[[], object] = release_freed) -> None:
         self.limit_bytes = limit_bytes
         self.interval_s = interval_s
+        self.release_interval_s = release_interval_s
         self._clock = clock
         self._probe = probe
+        self._release = release
         self._checked_at = float("-inf")
+        self._released_at = float("-inf")
         self._over = False
         self.last_rss = 0
 
@@ -108,6 +104,10 @@ class RssGuard:
         if now - self._checked_at >= self.interval_s:
             self._checked_at = now
             self.last_rss = self._probe()
+            if self.last_rss > self.limit_bytes and now - self._released_at >= self.release_interval_s:
+                self._released_at = now
+                self._release()
+                self.last_rss = self._probe()
             self._over = self.last_rss > self.limit_bytes
         return self._over
 

@@ -29,8 +29,8 @@ class ScoringConfig(BaseModel):
     queue_size: Count = setting(1000, "retrievals waiting for a scoring worker at most; past it new ones are shed "
                                       "as `overloaded`", flag="--queue-size")
     workers: Count = setting(8, "retrievals scored at once", flag="--workers")
-    max_rss_mb: OptionalPositive = setting(512.0, "shed new work while the resident memory of the sidecar and its "
-                                                  "scoring process is above this, MB (off: no cap)",
+    max_rss_mb: OptionalPositive = setting(512.0, "shed new work while the memory held by the sidecar and its scoring "
+                                                  "process (resident, less mapped files) is above this, MB (off: no cap)",
                                            flag="--max-rss-mb")
     process: Annotated[str, BeforeValidator(choice(*PROCESS_MODES))] = setting(
         "auto", "judge in a separate scoring process on another core; auto: on for Kafka input with 2+ CPUs",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import check_inputs, engine_identity
@@ -42,7 +43,6 @@ UNAVAILABLE = "scoring_process_unavailable"
 START_TIMEOUT_S = 60.0  # imports and the judge client's warm-up
 CLOSE_TIMEOUT_S = 5.0
 RESTART_INTERVAL_S = 1.0
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(eq=False)
@@ -84,15 +84,10 @@ class ProcessEngine:
         return self._child.proc.pid if self._child is not None else None
 
     def rss_bytes(self) -> int:
-        """The scoring process's resident memory (0 when it is not running)."""
+        """The memory the scoring process's work holds (0 when it is not running; see
+        collector/memory.py)."""
         pid = self.pid
-        if pid is None:
-            return 0
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * _PAGE
-        except (OSError, ValueError, IndexError):
-            return 0
+        return anonymous_rss_bytes(pid) if pid is not None else 0
 
     # -- the engine interface ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
-from ctxprec.collector.sampling.decide import current_rss_bytes
+from ctxprec.collector.memory import anonymous_rss_bytes as current_rss_bytes
 from ctxprec.collector.stub_judge import StubJudge
 from tests.chaos.scrape_http import healthy, scrape_metrics, total
 from tests.chaos.tcp_proxy import TcpProxy

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from ctxprec.collector.components import shutdown
+from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import (
@@ -21,7 +22,6 @@ from ctxprec.collector.sampling.decide import (
     RecentKeys,
     RetrievalGate,
     RssGuard,
-    current_rss_bytes,
     score_throttle,
 )
 from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
@@ -163,12 +163,12 @@ async def test_budget_reserves_in_flight_scores_at_the_average_cost() -> None:
 
 
 async def test_rss_over_the_cap_sheds_as_overloaded() -> None:
-    assert current_rss_bytes() > 10_000_000  # a Python process is well over 10 MB
+    assert anonymous_rss_bytes() > 10_000_000  # a Python process is well over 10 MB
     log: list[tuple[str, Decision, Any]] = []
     gate, workers, _ = make_gate(rss_guard=RssGuard(1_000_000), log=log)
     gate.submit(retrieval(1))
     assert [d for _, d, _ in log] == [Decision.OVERLOADED] and workers.depth == 0
-    gate2, workers2, _ = make_gate(rss_guard=RssGuard(current_rss_bytes() * 4), log=log)
+    gate2, workers2, _ = make_gate(rss_guard=RssGuard(anonymous_rss_bytes() * 4), log=log)
     gate2.submit(retrieval(2))
     assert workers2.depth == 1
     await shutdown(workers2, 0)

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Awaitable, Callable
 
+import pytest
+
 from ctxprec.collector.stub_judge import StubJudge
 
 from tests.kafka.serve_proc import ServeProcess
@@ -29,6 +31,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 PARTITIONS = 2

@@ -14,12 +14,16 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
+import pytest
+
 from ctxprec.collector.memory import anonymous_rss_bytes as current_rss_bytes
 from ctxprec.collector.stub_judge import StubJudge
 from tests.chaos.scrape_http import healthy, scrape_metrics, total
 from tests.chaos.tcp_proxy import TcpProxy
 from tests.collector.rag_app import RagApp, running, serve_config
 from tests.helpers.otlp_capture import OtlpCapture
+
+pytestmark = pytest.mark.slow
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 SPANS_PER_TRACE = 3  # root, retriever, llm

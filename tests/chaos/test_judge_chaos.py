@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
+import pytest
+
 from ctxprec.collector.stub_judge import StubJudge
 from tests.chaos.scrape_http import healthy, scrape_metrics, total
 from tests.collector.rag_app import RagApp, running, serve_config
 from tests.collector.test_judge_faults import expected_map
 from tests.helpers.otlp_capture import OtlpCapture
+
+pytestmark = pytest.mark.slow
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 BREAKER_THRESHOLD = 3

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import pytest
+
 from ctxprec.collector.stub_judge import StubJudge
 
 from tests.kafka.serve_proc import ServeProcess
@@ -31,6 +33,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 MakeStub = Callable[..., Awaitable[StubJudge]]
 EVENTS = 40

@@ -37,6 +37,8 @@ from ctxprec.scorer.result import ScoreResult
 
 from tests.helpers.rag_traces import DecisionLog
 
+pytestmark = pytest.mark.slow
+
 MakeStub = Callable[..., Awaitable[StubJudge]]
 ROOT = Path(__file__).resolve().parents[2]
 

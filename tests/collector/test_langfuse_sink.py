@@ -285,6 +285,7 @@ def test_without_the_sdk_serve_refuses_to_start_and_says_what_to_install(tmp_pat
     assert "Traceback" not in done.stderr and SECRET not in done.stderr
 
 
+@pytest.mark.slow
 async def test_the_sink_never_holds_up_scoring(stub_judge: StubJudge, keys: None) -> None:
     """A Langfuse that answers after 3 s: scores keep coming at the judge's pace, the sink's
     requests are batched behind them."""

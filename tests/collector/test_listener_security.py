@@ -65,6 +65,7 @@ def _listening_addresses(pid: int) -> list[tuple[str, int]]:
     return found
 
 
+@pytest.mark.slow
 def test_serve_with_no_address_flags_listens_on_loopback_only() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPREC_")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"

@@ -74,6 +74,7 @@ def test_every_query_names_a_real_metric(path: Path) -> None:
     dashboard = _load(path)
     queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     queries += [v["definition"] for v in _variables(dashboard).values() if v["type"] == "query"]
+    assert queries, f"{path.name}: no queries"
     for expr in queries:
         names = referenced_metrics(re.sub(r"label_values\((.*),\s*\w+\)", r"\1", expr))
         assert names, f"{path.name}: no metric in {expr!r}"

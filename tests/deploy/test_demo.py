@@ -15,8 +15,12 @@ from pathlib import Path
 
 import aiohttp
 
+import pytest
+
 from ctxprec.collector.demo.corpus import NOISY_DOCUMENTS
 from tests.collector.rag_app import scrape, value
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CTXPREC = Path(sys.executable).parent / "ctxprec"

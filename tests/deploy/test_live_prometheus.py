@@ -22,6 +22,8 @@ from ctxprec.collector.stub_judge import StubJudge
 from tests.deploy.live_prometheus import Prometheus
 from tests.kafka.tansu import Broker, create_topic, free_port, produce
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 DEGRADE_AFTER_S = 20.0

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+import pytest
+
 from tests.deploy.metric_names import (
     exposed_sample_names,
     recorded_names,
@@ -42,6 +44,7 @@ def test_promtool_check_rules() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_pass() -> None:
     tests = sorted(str(p.relative_to(PROM)) for p in (PROM / "tests").glob("*_test.yml"))
     assert tests

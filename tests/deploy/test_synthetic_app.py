@@ -27,6 +27,8 @@ from ctxprec.scorer.judge.local import LocalJudge
 
 from tests.deploy.otlp_sink import OtlpSink
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 async def sink():

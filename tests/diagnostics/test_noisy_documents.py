@@ -48,7 +48,9 @@ def test_the_planted_noisy_documents_top_the_list_within_2000_scores(slots: int)
     # ... and popularity alone would point elsewhere: the most retrieved document is a good one.
     assert exact_retrieved.most_common(1)[0][0] not in NOISY
     # Rows carry counts that hold up against the exact ones.
-    for row in noisy.top("shop", "kb", 5):
+    rows = noisy.top("shop", "kb", 5)
+    assert len(rows) == 5
+    for row in rows:
         assert row.irrelevant - row.error <= exact_irrelevant[row.document] <= row.irrelevant
         assert row.irrelevant_rate > 0.8 and 1 <= row.mean_rank <= 5
         assert row.retrieved == row.relevant + row.irrelevant - row.error

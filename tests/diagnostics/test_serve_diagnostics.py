@@ -18,6 +18,8 @@ from ctxprec.collector.stub_judge import StubJudge
 from tests.collector.rag_app import RagApp, running, scrape, serve_config, value, wait_until
 from tests.diagnostics.streams import NOISY, zipf_stream
 
+pytestmark = pytest.mark.slow
+
 QUERY = "How do I reset my password?"
 ANSWER = "Open settings and choose reset password."
 SLOTS = 200

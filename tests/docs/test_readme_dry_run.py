@@ -7,6 +7,9 @@ import re
 import socket
 import subprocess
 from pathlib import Path
+import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = (8099, 4317, 4318, 9464)  # the ones the README uses

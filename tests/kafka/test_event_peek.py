@@ -12,6 +12,8 @@ from ctxprec.collector.receivers.kafka_event_peek import EventPeek
 from ctxprec.collector.sampling.sampler import Sampler, SamplingRule
 from ctxprec.scorer.events import parse_rag_event
 
+pytestmark = pytest.mark.slow
+
 RATE = 0.01
 KEPT_LOW = "0000000000000001"  # low 64 bits far below 1% of 2**64: kept
 DROPPED_LOW = "ffffffffffffff00"  # far above: dropped

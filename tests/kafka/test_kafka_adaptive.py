@@ -12,6 +12,8 @@ import pytest
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.tansu import Broker, create_topic, produce, read_all
 
+pytestmark = pytest.mark.slow
+
 BASE_RATE = 0.05
 WARMUP = 16
 SPACE = 1 << 64

@@ -9,6 +9,8 @@ import json
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+import pytest
+
 from ctxprec.collector.components import shutdown
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.metrics.registry import Metrics
@@ -16,6 +18,8 @@ from ctxprec.collector.model import Retrieval
 from ctxprec.collector.receivers.kafka import KafkaReceiver
 
 from tests.kafka.tansu import Broker, create_topic, produce, rag_event
+
+pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
 MAX_UNDONE = 15

@@ -13,8 +13,12 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.tansu import Broker, create_topic, produce, rag_event, read_all
+
+pytestmark = pytest.mark.slow
 
 FIRST = 300
 REMAINDER = 200

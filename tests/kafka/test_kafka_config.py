@@ -10,6 +10,8 @@ from ctxprec.collector import config as config_module
 from ctxprec.collector.config import ConfigError
 from ctxprec.collector.kafka.config import KafkaConfig
 
+pytestmark = pytest.mark.slow
+
 
 def kafka(**values: str) -> KafkaConfig:
     """The Kafka settings from CTXPREC_KAFKA_<NAME> variables."""

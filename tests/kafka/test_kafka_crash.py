@@ -9,6 +9,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.kafka.serve_proc import ServeProcess
 from tests.kafka.tansu import (
     Broker,
@@ -18,6 +20,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 EVENTS = 2000
 PARTITIONS = 2

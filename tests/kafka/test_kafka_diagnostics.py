@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctxprec.collector.serve import describe
 
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.tansu import Broker, create_topic, produce, read_all, records_json
+
+pytestmark = pytest.mark.slow
 
 EVENTS = 30
 

@@ -8,6 +8,8 @@ import json
 
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+import pytest
+
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.otel_data import otel_traces
 from tests.kafka.tansu import (
@@ -18,6 +20,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 MAX_MESSAGE_BYTES = 64 * 1024
 

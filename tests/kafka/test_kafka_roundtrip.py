@@ -12,6 +12,8 @@ from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.otel_data import PATTERNS, marker, otel_traces, otlp_json
 from tests.kafka.tansu import Broker, committed_total, create_topic, produce, read_all
 
+pytestmark = pytest.mark.slow
+
 TRACES = 12
 PARTITIONS = 2
 

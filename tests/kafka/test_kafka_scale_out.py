@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.kafka.serve_proc import ServeProcess
 from tests.kafka.tansu import (
     Broker,
@@ -17,6 +19,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 PARTITIONS = 6
 EVENTS = 900

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.kafka.inprocess import kafka_flags, running
 from tests.kafka.tansu import (
     Broker,
@@ -14,6 +16,8 @@ from tests.kafka.tansu import (
     rag_event,
     read_all,
 )
+
+pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
 KEPT_LOW = 1  # low 64 bits of the trace id far below 1% of 2**64: sampled

@@ -8,6 +8,8 @@ from ctxprec.collector.kafka.offsets import PartitionOffsets, SequenceTracker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow
+
 
 def test_nothing_done_nothing_to_commit() -> None:
     p = PartitionOffsets()

@@ -25,6 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tests.helpers.rag_traces import emit_sdk_rag_trace
 from tests.llm_judge.server import MODEL_ALIAS, LlamaServer, free_port
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CTXPREC = str(ROOT / ".venv" / "bin" / "ctxprec")
 SAMPLES = Path(__file__).with_name("samples.jsonl")

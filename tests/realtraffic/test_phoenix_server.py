@@ -13,7 +13,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+import pytest
+
 from tests.helpers.phoenix import PhoenixClient, PhoenixServer
+
+pytestmark = pytest.mark.slow
 
 PROJECT = "shop-rag"
 

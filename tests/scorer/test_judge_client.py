@@ -96,6 +96,7 @@ async def test_ok_call_reports_usage_and_one_event(stub_judge: StubJudge) -> Non
     assert sent["temperature"] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["auto", "litellm"])
 async def test_cost_of_a_known_model_matches_litellm_cost_map(stub_judge: StubJudge, transport: str) -> None:
     events: list[RequestEvent] = []
@@ -329,6 +330,7 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(format_datetime(now - timedelta(seconds=30), usegmt=True), now=now.timestamp()) == 0.0
 
 
+@pytest.mark.slow
 async def test_api_key_never_in_error_text(odd_server, make_stub_judge) -> None:
     def echo_key(request: web.Request) -> web.Response:
         # Like OpenAI's 401: the server quotes the key it was given.

@@ -15,6 +15,8 @@ from ctxprec.scorer.judge.prices import (
     model_prices,
 )
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 # Providers whose chat models are swept, each with and without its prefix. (Some others, such as
 # github_copilot, make litellm try a network login inside cost_per_token.)

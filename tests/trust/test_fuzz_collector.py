@@ -12,6 +12,8 @@ import json
 import zlib
 from typing import Any
 
+import pytest
+
 from ctxprec.collector.assembly.conventions import (
     ALL_CONVENTIONS,
     AttributeMapping,
@@ -37,6 +39,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.trust.fuzz_strategies import deep, dumps, json_values
+
+pytestmark = pytest.mark.slow
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Generating whole protobuf traces dominates the run time: fewer, still varied, examples.

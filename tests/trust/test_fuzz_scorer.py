@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from ctxprec.collector.stub_judge import (
     BadRequest,
     answer_reason,
@@ -24,6 +26,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.trust.fuzz_strategies import deep, dumps, json_values
+
+pytestmark = pytest.mark.slow
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 

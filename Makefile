@@ -92,7 +92,7 @@ test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
 demo: $(STAMP)
 	$(BIN)/ctxprec demo $(if $(DURATION),--duration $(DURATION))
 
-# The in-process tests run on every core; the end-to-end ones (marked slow in tests/conftest.py:
+# The in-process tests run on every core; the end-to-end ones (marked slow in their files:
 # brokers, servers, apps and timing) one at a time after them.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 

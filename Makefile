@@ -4,7 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-BENCH_STAMP := $(VENV)/.installed-bench
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 # Test-only environments of their own: the framework apps (their instrumentors patch classes
@@ -43,13 +42,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install --quiet -e . -c $(CONSTRAINTS)
 	touch $@
 
-# The langfuse extra too: the Langfuse sink's tests check its request bodies against the SDK's models.
+# The langfuse extra too: the Langfuse sink's tests check its request bodies against the SDK's
+# models; and the bench extra, for the slow tier's quick pass of every benchmark.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,langfuse]' -c $(CONSTRAINTS)
-	touch $@
-
-$(BENCH_STAMP): $(TEST_STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,langfuse,bench]' -c $(CONSTRAINTS)
 	touch $@
 
 $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
@@ -111,7 +107,7 @@ test:
 test-fast: $(TEST_STAMP)
 	$(PYTEST) -m "not slow" -n auto $(PYTEST_ARGS)
 
-bench: $(BENCH_STAMP)
+bench: $(TEST_STAMP) $(PHOENIX_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:

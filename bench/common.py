@@ -7,11 +7,10 @@ import asyncio
 import json
 import os
 import platform
-import random
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -72,51 +71,3 @@ def process_cpu_s(process: Any) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-Documents = Callable[[], list[tuple[Optional[str], str]]]  # (document id or None, content), in rank order
-
-
-def rag_request(rng: random.Random, traces: int, *, resource: Mapping[str, str], documents: Documents,
-                retriever: Callable[[], tuple[str, Mapping[str, str]]] = lambda: ("retrieve", {}),
-                root_kind: str | None = None) -> bytes:
-    """`traces` OpenInference RAG traces (root, retriever, LLM), ended now, in one OTLP request.
-    `retriever()` gives the retriever span's name and extra attributes."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-
-    def kv(key: str, value: str) -> KeyValue:
-        return KeyValue(key=key, value=AnyValue(string_value=value))
-
-    answer = "Open settings and reset the password."
-    request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    for key, value in resource.items():
-        rs.resource.attributes.append(kv(key, value))
-    ss = rs.scope_spans.add()
-    ss.scope.name = "bench"
-    now = time.time_ns()
-    for _ in range(traces):
-        trace_id = rng.getrandbits(128).to_bytes(16, "big")
-        root_id, ret_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
-        root = ss.spans.add(trace_id=trace_id, span_id=root_id, name="rag",
-                            start_time_unix_nano=now - 50_000_000, end_time_unix_nano=now)
-        if root_kind:
-            root.attributes.append(kv("openinference.span.kind", root_kind))
-        root.attributes.append(kv("output.value", answer))
-        name, extra = retriever()
-        ret = ss.spans.add(trace_id=trace_id, span_id=ret_id, parent_span_id=root_id, name=name,
-                           start_time_unix_nano=now - 40_000_000, end_time_unix_nano=now - 30_000_000)
-        ret.attributes.append(kv("openinference.span.kind", "RETRIEVER"))
-        ret.attributes.append(kv("input.value", "How do I reset my password?"))
-        for key, value in extra.items():
-            ret.attributes.append(kv(key, value))
-        for rank, (doc_id, content) in enumerate(documents()):
-            if doc_id is not None:
-                ret.attributes.append(kv(f"retrieval.documents.{rank}.document.id", doc_id))
-            ret.attributes.append(kv(f"retrieval.documents.{rank}.document.content", content))
-        llm = ss.spans.add(trace_id=trace_id, span_id=llm_id, parent_span_id=root_id, name="llm",
-                           start_time_unix_nano=now - 25_000_000, end_time_unix_nano=now - 1_000_000)
-        llm.attributes.append(kv("openinference.span.kind", "LLM"))
-        llm.attributes.append(kv("output.value", answer))
-    return request.SerializeToString()

@@ -40,10 +40,10 @@ from bench.common import (
     free_port,
     machine,
     process_cpu_s,
-    rag_request,
     wait_http,
     write_result,
 )
+from tests.helpers.rag_traces import rag_request
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = 5000
@@ -420,7 +420,7 @@ def main() -> int:
     if args.serve_child:
         return serve_child(args.diagnostics == "on", [a for a in rest if a != "--"], args.sink_stats)
 
-    count, rounds = (500, 20) if args.quick else (1000, 40)
+    count, rounds = (300, 10) if args.quick else (1000, 40)
     result: dict[str, Any] = {
         "benchmark": "diagnostics_overhead", "quick": args.quick, "machine": machine(), "goal_added_fraction": 0.05,
         "description": "CPU per score added by the DiagnosticsSink: in process (the scoring workers' fan-out alone) "
@@ -431,7 +431,7 @@ def main() -> int:
               f"{part['baseline_cpu_us_per_score']} us/score, with diagnostics {part['with_diagnostics_cpu_us_per_score']} "
               f"us/score: +{part['added_cpu_us_per_score']} us ({part['added_fraction']:+.1%})", flush=True)
     if not args.no_serve:
-        rate, seconds, pairs = (100.0, 10.0, 2) if args.quick else (150.0, 15.0, 6)
+        rate, seconds, pairs = (100.0, 6.0, 1) if args.quick else (150.0, 15.0, 6)
         result["serve"] = asyncio.run(through_serve(rate, seconds, pairs))
         s = result["serve"]
         print(f"ctxprec serve: baseline {s['baseline_cpu_ms_per_score']} ms CPU/score, with diagnostics "

@@ -25,15 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from bench.common import machine, write_result
-from bench.ingest import (
-    SPANS_PER_TRACE,
-    _DecidingSink,
-    _kv,
-    free_port,
-    rag_trace,
-    wait_port,
-    writeback_to,
-)
+from bench.ingest import SPANS_PER_TRACE, _DecidingSink, free_port, wait_port, writeback_to
+from tests.helpers.rag_traces import kv, realistic_rag_trace
 
 SPANS_PER_S = 5_000
 TRACES_PER_REQUEST = 5
@@ -96,11 +89,11 @@ def build_requests(n: int, seed: int) -> list[tuple[bytes, list[bytes]]]:
     for _ in range(n):
         request = ExportTraceServiceRequest()
         rs = request.resource_spans.add()
-        rs.resource.attributes.append(_kv("service.name", "support-bot"))
+        rs.resource.attributes.append(kv("service.name", "support-bot"))
         ss = rs.scope_spans.add()
         unsampled = []
         for _ in range(TRACES_PER_REQUEST):
-            spans = rag_trace(rng)
+            spans = realistic_rag_trace(rng)
             ss.spans.extend(spans)
             if not keep(spans[0].trace_id, "support-bot"):
                 unsampled.append(spans[0].trace_id)

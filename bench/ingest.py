@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import random
 import time
@@ -24,88 +23,10 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from bench.common import free_port, machine, wait_port, write_result
-
-SPANS_PER_TRACE = 8
-_WORDS = ("password reset account billing invoice refund shipping order login security email "
-          "settings profile support ticket subscription plan upgrade cancel device mobile app").split()
-
-
-def _kv(key: str, value: Any) -> KeyValue:
-    v = AnyValue()
-    if isinstance(value, str):
-        v.string_value = value
-    elif isinstance(value, float):
-        v.double_value = value
-    else:
-        v.int_value = value
-    return KeyValue(key=key, value=v)
-
-
-def _text(rng: random.Random, chars: int) -> str:
-    out: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(_WORDS)
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)
-
-
-def _span(trace: bytes, parent: bytes, name: str, attrs: dict[str, Any], start: int, dur: int,
-          rng: random.Random) -> Span:
-    span = Span(trace_id=trace, span_id=rng.randbytes(8), parent_span_id=parent, name=name,
-                start_time_unix_nano=start, end_time_unix_nano=start + dur, kind=Span.SPAN_KIND_INTERNAL)
-    span.attributes.extend(_kv(k, v) for k, v in attrs.items())
-    return span
-
-
-def rag_trace(rng: random.Random, start: int = 1_764_000_000_000_000_000) -> list[Span]:
-    """8 spans: root chain, embedding, retriever (5 documents, OpenInference), reranker-free LLM
-    call, and four plumbing spans (HTTP client, cache, DB, guardrail)."""
-    trace = rng.randbytes(16)
-    query = _text(rng, 60)
-    answer = _text(rng, 400)
-    root = _span(trace, b"", "rag.query", {"openinference.span.kind": "CHAIN", "input.value": query,
-                                           "output.value": answer, "session.id": rng.randbytes(8).hex(),
-                                           "user.id": f"user-{rng.randrange(10_000)}"}, start, 2_000_000_000, rng)
-    rid = root.span_id
-    retriever_attrs: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": query}
-    for i in range(5):
-        retriever_attrs[f"retrieval.documents.{i}.document.content"] = _text(rng, 500)
-        retriever_attrs[f"retrieval.documents.{i}.document.id"] = f"kb-{rng.randrange(100_000)}"
-        retriever_attrs[f"retrieval.documents.{i}.document.score"] = rng.random()
-        retriever_attrs[f"retrieval.documents.{i}.document.metadata"] = json.dumps(
-            {"source": f"kb/{rng.randrange(1000)}.md", "section": rng.randrange(20)})
-    spans = [
-        root,
-        _span(trace, rid, "embed", {"openinference.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
-                                    "embedding.embeddings.0.embedding.text": query}, start + 1_000, 30_000_000, rng),
-        _span(trace, rid, "retrieve", retriever_attrs, start + 40_000_000, 50_000_000, rng),
-        _span(trace, rid, "llm", {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
-                                  "llm.input_messages.0.message.role": "system",
-                                  "llm.input_messages.0.message.content": _text(rng, 300),
-                                  "llm.input_messages.1.message.role": "user",
-                                  "llm.input_messages.1.message.content": query,
-                                  "llm.token_count.prompt": 1_800, "llm.token_count.completion": 120,
-                                  "output.value": answer}, start + 100_000_000, 1_500_000_000, rng),
-        _span(trace, rid, "POST", {"http.request.method": "POST", "url.full": "https://api.openai.com/v1/chat/completions",
-                                   "http.response.status_code": 200, "server.address": "api.openai.com"},
-              start + 110_000_000, 1_400_000_000, rng),
-        _span(trace, rid, "cache.get", {"db.system": "redis", "db.operation.name": "GET",
-                                        "db.query.text": "GET answer:" + rng.randbytes(6).hex()},
-              start + 2_000, 1_000_000, rng),
-        _span(trace, rid, "SELECT kb", {"db.system": "postgresql", "db.operation.name": "SELECT",
-                                        "db.query.text": "SELECT id, body FROM kb WHERE id = ANY($1)"},
-              start + 60_000_000, 8_000_000, rng),
-        _span(trace, rid, "guardrail", {"openinference.span.kind": "GUARDRAIL", "guardrail.passed": 1},
-              start + 1_700_000_000, 20_000_000, rng),
-    ]
-    assert len(spans) == SPANS_PER_TRACE
-    return spans
+from tests.helpers.rag_traces import SPANS_PER_REALISTIC_TRACE as SPANS_PER_TRACE
+from tests.helpers.rag_traces import kv, realistic_rag_trace
 
 
 def build_bodies(n_requests: int, traces_per_request: int, seed: int = 7) -> list[bytes]:
@@ -114,12 +35,12 @@ def build_bodies(n_requests: int, traces_per_request: int, seed: int = 7) -> lis
     for _ in range(n_requests):
         request = ExportTraceServiceRequest()
         rs = request.resource_spans.add()
-        rs.resource.attributes.extend([_kv("service.name", "support-bot"), _kv("service.version", "1.4.2"),
-                                       _kv("telemetry.sdk.language", "python")])
+        rs.resource.attributes.extend([kv("service.name", "support-bot"), kv("service.version", "1.4.2"),
+                                       kv("telemetry.sdk.language", "python")])
         ss = rs.scope_spans.add()
         ss.scope.name = "openinference.instrumentation.langchain"
         for _ in range(traces_per_request):
-            ss.spans.extend(rag_trace(rng))
+            ss.spans.extend(realistic_rag_trace(rng))
         bodies.append(request.SerializeToString())
     return bodies
 

@@ -5,7 +5,7 @@ as an argument, with its own venv) and on this tree.
     nice -n 10 .venv/bin/python -m bench.js_matrix_before_after OLD_CHECKOUT [--only PREFIX] [--out FILE]
 
 OLD_CHECKOUT is a checkout of the code before issue 20 (commit 40ea3d3378) with its test venv
-built, e.g. `git worktree add --detach /work/wt-before 40ea3d3378 && make -C /work/wt-before
+built, e.g. `git worktree add --detach ../before 40ea3d3378 && make -C ../before
 .venv/.installed-test`. The checkout is never written to. Because of it this benchmark is not in
 bench/run_all.py's default list; run it by hand (it also needs the JS apps' node_modules and the
 framework apps' .venv-apps, which `make test` installs).

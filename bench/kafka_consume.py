@@ -136,9 +136,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from tests.kafka.tansu import Broker, create_topic, free_port, produce
 
-    n = 15_000 if args.quick else 60_000
-    n_scored = 500 if args.quick else 2_000
-    rounds = 3 if args.quick else ROUNDS
+    n = 6_000 if args.quick else 60_000
+    n_scored = 200 if args.quick else 2_000
+    rounds = 2 if args.quick else ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
         broker = Broker(free_port(), Path(tmp) / "tansu.log")
         broker.start()

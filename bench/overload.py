@@ -6,7 +6,7 @@ protobuf RAG traces at a fixed rate and samples the sidecar's RSS (psutil) and /
 second. The judge's capacity is `workers / latency` (each worker waits on one judge call); that
 capacity is the baseline the measured scoring rate is compared with.
 
-Phases: nominal (half of capacity), overload (10x capacity, 60 s; --quick 15 s), recovery (half
+Phases: nominal (half of capacity), overload (10x capacity, 60 s; --quick 8 s), recovery (half
 of capacity). Pass criteria printed at the end: RSS under the cap throughout, the sidecar alive,
 shed work counted as `overloaded`, scoring at capacity during overload, and in the last part of
 recovery every offered retrieval evaluated and none shed.
@@ -30,7 +30,8 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import free_port, rag_request, wait_http, write_result
+from bench.common import free_port, wait_http, write_result
+from tests.helpers.rag_traces import rag_request
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "overload-app"
@@ -213,14 +214,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="15 s of overload instead of 60 s")
+    parser.add_argument("--quick", action="store_true", help="8 s of overload instead of 60 s")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--latency-ms", type=float, default=200.0, help="stub judge latency")
     parser.add_argument("--queue-size", type=int, default=100)
     parser.add_argument("--max-rss-mb", type=float, default=512.0)
     parser.add_argument("--factor", type=float, default=10.0, help="overload as a multiple of judge capacity")
     args = parser.parse_args()
-    args.nominal_s, args.overload_s, args.recovery_s = (5.0, 15.0, 12.0) if args.quick else (10.0, 60.0, 20.0)
+    args.nominal_s, args.overload_s, args.recovery_s = (3.0, 8.0, 8.0) if args.quick else (10.0, 60.0, 20.0)
     print(f"overload: judge capacity {args.workers / (args.latency_ms / 1000):.0f} scores/s, offering "
           f"{args.factor:g}x for {args.overload_s:.0f} s", flush=True)
     result = asyncio.run(main_async(args))

@@ -88,10 +88,10 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
 }
 
 
-def headline_table(names: list[str]) -> list[str]:
+def headline_table(names: list[str], folder: Path = RESULTS) -> list[str]:
     rows = ["| benchmark | compared | ratio | goal | met |", "|---|---|---|---|---|"]
     for name in names:
-        path = RESULTS / f"{name}.json"
+        path = folder / f"{name}.json"
         if name not in HEADLINES or not path.exists():
             continue
         what, key, goal, test = HEADLINES[name]
@@ -162,27 +162,41 @@ def render(names: list[str], runs: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
+    parser.add_argument("--quick", action="store_true",
+                        help="pass --quick to every benchmark: a check that each runs and reports (results in "
+                             "bench/results/quick/, docs/BENCHMARKS.md left as it is)")
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
+    parser.add_argument("--skip", nargs="*", default=[], help="leave these benchmarks out")
     parser.add_argument("--render-only", action="store_true", help="rewrite docs/BENCHMARKS.md from existing results")
     args = parser.parse_args(argv)
-    names = args.only or BENCHMARKS
+    names = [n for n in (args.only or BENCHMARKS) if n not in args.skip]
     runs: dict[str, dict[str, Any]] = {}
+    folder = RESULTS / "quick" if args.quick else RESULTS
     if not args.render_only:
         for i, name in enumerate(names, 1):
             cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else [])
             print(f"[{i}/{len(names)}] {' '.join(cmd[1:])}", flush=True)
             started = time.monotonic()
+            began = time.time()
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             sys.stdout.write(proc.stdout)
-            runs[name] = {"returncode": proc.returncode, "tail": proc.stderr[-2000:]}
-            print(f"    exit {proc.returncode} after {time.monotonic() - started:.0f} s", flush=True)
+            result = folder / f"{name}.json"
+            reported = result.exists() and result.stat().st_mtime >= began
+            runs[name] = {"returncode": proc.returncode, "tail": proc.stderr[-2000:], "reported": reported}
+            print(f"    exit {proc.returncode} after {time.monotonic() - started:.0f} s"
+                  + ("" if reported else f"; no result written to {result.relative_to(ROOT)}"), flush=True)
             if proc.returncode:
                 sys.stderr.write(proc.stderr[-2000:])
-    DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(render(names, runs))
-    print(f"wrote {DOC.relative_to(ROOT)}")
-    return 1 if any(r["returncode"] for r in runs.values()) else 0
+    failed = [name for name, run in runs.items() if run["returncode"] or not run["reported"]]
+    if args.quick:
+        print("\n".join(headline_table(names, folder)))
+    else:
+        DOC.parent.mkdir(exist_ok=True)
+        DOC.write_text(render(names, runs))
+        print(f"wrote {DOC.relative_to(ROOT)}")
+    if failed:
+        print(f"failed or reported nothing: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

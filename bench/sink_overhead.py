@@ -35,10 +35,10 @@ from bench.common import (
     free_port,
     machine,
     process_cpu_s,
-    rag_request,
     wait_http,
     write_result,
 )
+from tests.helpers.rag_traces import rag_request
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "bench-sink"

@@ -34,7 +34,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.helpers.rag_traces import CollectingSink, kv, span, trace_id
+from tests.helpers.rag_traces import CollectingSink, request_with, span, trace_id
 
 MAPPING = AttributeMapping(query="app.question", contexts="app.docs")
 DOCS = json.dumps(["first document", "second document"])
@@ -69,19 +69,6 @@ KINDS: dict[str, tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] =
 def make_span(kind: str, trace: bytes) -> Span:
     name, attributes, events = KINDS[kind]
     return span(trace, name, attributes, events=events)
-
-
-def request_with(resources: list[tuple[str, list[Span]]], resource_attrs: dict[str, str] | None = None
-                 ) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
-    for service, spans in resources:
-        rs = request.resource_spans.add()
-        rs.resource.attributes.append(kv("service.name", service))
-        rs.resource.attributes.extend(kv(k, v) for k, v in (resource_attrs or {}).items())
-        ss = rs.scope_spans.add()
-        ss.scope.name = "tests"
-        ss.spans.extend(spans)
-    return request
 
 
 def truth(request: ExportTraceServiceRequest, conventions: Conventions) -> Counter[str]:

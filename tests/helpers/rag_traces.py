@@ -1,14 +1,16 @@
-"""RAG traces for the collector tests: protobuf builders for hand-made (and hostile) input, SDK
-emitters for real OpenTelemetry traffic, and a collecting RetrievalSink (the downstream stage
-of `OtlpIngest`, not the thing under test)."""
+"""RAG traces for the tests and the benchmarks, built in one place: protobuf builders for
+hand-made (and hostile) input, realistic traces and whole OTLP requests for the benchmarks, SDK
+emitters for real OpenTelemetry traffic, and a collecting RetrievalSink (the downstream stage of
+`OtlpIngest`, not the thing under test)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import random
 import time
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.fanout import ResultFanout
@@ -93,13 +95,120 @@ def rag_trace(trace: bytes, *, documents: Sequence[str] = DOCUMENTS, answer: str
 
 
 def request_of(spans: Sequence[Span], *, service: str = "support-bot") -> ExportTraceServiceRequest:
+    return request_with([(service, list(spans))])
+
+
+def request_with(resources: Sequence[tuple[str, Sequence[Span]]], resource_attrs: Mapping[str, str] | None = None
+                 ) -> ExportTraceServiceRequest:
+    """One request with a resource (named `service`, with `resource_attrs`) per entry."""
+    request = ExportTraceServiceRequest()
+    for service, spans in resources:
+        rs = request.resource_spans.add()
+        rs.resource.attributes.append(kv("service.name", service))
+        rs.resource.attributes.extend(kv(k, v) for k, v in (resource_attrs or {}).items())
+        ss = rs.scope_spans.add()
+        ss.scope.name = "tests"
+        ss.spans.extend(spans)
+    return request
+
+
+# -- realistic traffic, for the benchmarks ----------------------------------------------------
+
+SPANS_PER_REALISTIC_TRACE = 8
+_WORDS = ("password reset account billing invoice refund shipping order login security email "
+          "settings profile support ticket subscription plan upgrade cancel device mobile app").split()
+
+
+def words(rng: random.Random, chars: int) -> str:
+    """Words from a small support-desk vocabulary, about `chars` characters of them."""
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(_WORDS)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)
+
+
+def realistic_rag_trace(rng: random.Random, start: int = 1_764_000_000_000_000_000) -> list[Span]:
+    """8 spans as an instrumented RAG service sends them: root chain, embedding, retriever (5
+    documents, OpenInference), LLM call, and four plumbing spans (HTTP client, cache, DB,
+    guardrail)."""
+    trace = rng.randbytes(16)
+    query = words(rng, 60)
+    answer = words(rng, 400)
+
+    def child(name: str, attrs: dict[str, Any], offset: int, duration: int) -> Span:
+        return span(trace, name, attrs, parent=root.span_id, span_id=rng.randbytes(8), start=start + offset,
+                    end=start + offset + duration)
+
+    root = span(trace, "rag.query", {"openinference.span.kind": "CHAIN", "input.value": query, "output.value": answer,
+                                     "session.id": rng.randbytes(8).hex(), "user.id": f"user-{rng.randrange(10_000)}"},
+                span_id=rng.randbytes(8), start=start, end=start + 2_000_000_000)
+    retriever: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": query}
+    for i in range(5):
+        retriever[f"retrieval.documents.{i}.document.content"] = words(rng, 500)
+        retriever[f"retrieval.documents.{i}.document.id"] = f"kb-{rng.randrange(100_000)}"
+        retriever[f"retrieval.documents.{i}.document.score"] = rng.random()
+        retriever[f"retrieval.documents.{i}.document.metadata"] = json.dumps(
+            {"source": f"kb/{rng.randrange(1000)}.md", "section": rng.randrange(20)})
+    spans = [
+        root,
+        child("embed", {"openinference.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
+                        "embedding.embeddings.0.embedding.text": query}, 1_000, 30_000_000),
+        child("retrieve", retriever, 40_000_000, 50_000_000),
+        child("llm", {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+                      "llm.input_messages.0.message.role": "system",
+                      "llm.input_messages.0.message.content": words(rng, 300),
+                      "llm.input_messages.1.message.role": "user", "llm.input_messages.1.message.content": query,
+                      "llm.token_count.prompt": 1_800, "llm.token_count.completion": 120, "output.value": answer},
+              100_000_000, 1_500_000_000),
+        child("POST", {"http.request.method": "POST", "url.full": "https://api.openai.com/v1/chat/completions",
+                       "http.response.status_code": 200, "server.address": "api.openai.com"}, 110_000_000, 1_400_000_000),
+        child("cache.get", {"db.system": "redis", "db.operation.name": "GET",
+                            "db.query.text": "GET answer:" + rng.randbytes(6).hex()}, 2_000, 1_000_000),
+        child("SELECT kb", {"db.system": "postgresql", "db.operation.name": "SELECT",
+                            "db.query.text": "SELECT id, body FROM kb WHERE id = ANY($1)"}, 60_000_000, 8_000_000),
+        child("guardrail", {"openinference.span.kind": "GUARDRAIL", "guardrail.passed": 1}, 1_700_000_000, 20_000_000),
+    ]
+    assert len(spans) == SPANS_PER_REALISTIC_TRACE
+    return spans
+
+
+Documents = Callable[[], list[tuple[str | None, str]]]  # (document id or None, content), in rank order
+
+
+def rag_request(rng: random.Random, traces: int, *, resource: Mapping[str, str], documents: Documents,
+                retriever: Callable[[], tuple[str, Mapping[str, str]]] = lambda: ("retrieve", {}),
+                root_kind: str | None = None) -> bytes:
+    """`traces` OpenInference RAG traces (root, retriever, LLM), ended now, in one serialized OTLP
+    request. `documents()` gives each retriever's documents, `retriever()` its span's name and
+    extra attributes."""
+    answer = "Open settings and reset the password."
     request = ExportTraceServiceRequest()
     rs = request.resource_spans.add()
-    rs.resource.attributes.append(kv("service.name", service))
+    rs.resource.attributes.extend(kv(key, value) for key, value in resource.items())
     ss = rs.scope_spans.add()
-    ss.scope.name = "tests"
-    ss.spans.extend(spans)
-    return request
+    ss.scope.name = "bench"
+    now = time.time_ns()
+    for _ in range(traces):
+        trace = rng.getrandbits(128).to_bytes(16, "big")
+        root_id, retriever_id, llm_id = (rng.getrandbits(64).to_bytes(8, "big") for _ in range(3))
+        root = span(trace, "rag", {**({"openinference.span.kind": root_kind} if root_kind else {}),
+                                   "output.value": answer}, span_id=root_id, start=now - 50_000_000, end=now)
+        name, extra = retriever()
+        attrs: dict[str, Any] = {"openinference.span.kind": "RETRIEVER", "input.value": QUERY, **extra}
+        for rank, (doc_id, content) in enumerate(documents()):
+            if doc_id is not None:
+                attrs[f"retrieval.documents.{rank}.document.id"] = doc_id
+            attrs[f"retrieval.documents.{rank}.document.content"] = content
+        ss.spans.extend([
+            root,
+            span(trace, name, attrs, parent=root_id, span_id=retriever_id, start=now - 40_000_000, end=now - 30_000_000),
+            span(trace, "llm", {"openinference.span.kind": "LLM", "output.value": answer}, parent=root_id,
+                 span_id=llm_id, start=now - 25_000_000, end=now - 1_000_000),
+        ])
+    return request.SerializeToString()
 
 
 def emit_sdk_rag_trace(tracer: Any, *, documents: Sequence[str] = DOCUMENTS, answer: str = ANSWER) -> tuple[str, str]:

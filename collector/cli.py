@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 PROG = "ctxprec"
+ENV_PREFIX = "CTXPREC_"
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class EnvError(ValueError):
 
 
 def env_name(option: str) -> str:
-    """`--judge-model` -> `CTXPREC_JUDGE_MODEL`."""
-    return "CTXPREC_" + option.lstrip("-").replace("-", "_").upper()
+    """`--judge-model` -> `CTXPREC_JUDGE_MODEL`: the variable every command reads for a flag."""
+    return ENV_PREFIX + option.lstrip("-").replace("-", "_").upper()
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Iterator, Mapping
 
 import yaml
 from ctxprec.collector.assembly.config import AssemblyConfig
+from ctxprec.collector.cli import ENV_PREFIX, env_name
 from ctxprec.collector.assembly.conventions import ConventionConfig
 from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
@@ -43,7 +44,6 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-ENV_PREFIX = "CTXPREC_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 DOCS = "docs/CONFIG.md"
@@ -158,11 +158,6 @@ class Setting:
     @property
     def help(self) -> str:
         return self.field.description or ""
-
-
-def env_name(flag: str) -> str:
-    """`--judge-model` -> `CTXPREC_JUDGE_MODEL`."""
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
 
 def settings(model: type[BaseModel] = ServeConfig, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:

@@ -83,8 +83,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ctxprec.scorer.batch import flag_type, non_negative_float
-from ctxprec.scorer.values import parse_count0
+from ctxprec.scorer.batch import flag_type
+from ctxprec.scorer.values import parse_count0, parse_non_negative, parse_rate
 from ctxprec.scorer.judge.prompt import BEGIN_DATA, END_DATA
 
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "server_error", "timeout", "malformed", "wrong_count")
@@ -583,12 +583,8 @@ class StubJudge:
 
 # --- command line -----------------------------------------------------------------------------
 
-
-def _rate(text: str) -> float:
-    value = non_negative_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
-    return value
+NON_NEGATIVE = flag_type(parse_non_negative)
+RATE = flag_type(parse_rate)
 
 
 def _fault_kinds(text: str) -> tuple[str, ...]:
@@ -620,9 +616,9 @@ def _port(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8099, help="port to bind; 0 picks a free one (default 8099)")
-    parser.add_argument("--latency-ms", type=non_negative_float, default=0.0, help="added to every answer")
-    parser.add_argument("--jitter-ms", type=non_negative_float, default=0.0, help="plus a uniform 0..jitter-ms")
-    parser.add_argument("--error-rate", type=_rate, default=0.0, help="probability (0..1) that a request gets a fault")
+    parser.add_argument("--latency-ms", type=NON_NEGATIVE, default=0.0, help="added to every answer")
+    parser.add_argument("--jitter-ms", type=NON_NEGATIVE, default=0.0, help="plus a uniform 0..jitter-ms")
+    parser.add_argument("--error-rate", type=RATE, default=0.0, help="probability (0..1) that a request gets a fault")
     parser.add_argument(
         "--fault-kinds", type=_fault_kinds, default=FAULT_KINDS,
         help=f"comma list of {','.join(ALL_FAULTS)} (default {','.join(FAULT_KINDS)})"
@@ -635,8 +631,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="status for a rejected form: 400, 422 or 500 (default 500, as llama-cpp-python answers json_schema)")
     parser.add_argument("--verbose-reasons", action="store_true",
                         help="copy each context into its reason, as small models do (cut at max_tokens)")
-    parser.add_argument("--hang-s", type=non_negative_float, default=30.0, help="how long a 'timeout' fault holds a request")
-    parser.add_argument("--retry-after-s", type=non_negative_float, default=1.0, help="Retry-After of a 'rate_limit' fault")
+    parser.add_argument("--hang-s", type=NON_NEGATIVE, default=30.0, help="how long a 'timeout' fault holds a request")
+    parser.add_argument("--retry-after-s", type=NON_NEGATIVE, default=1.0, help="Retry-After of a 'rate_limit' fault")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG, for reproducible runs (default: a fresh seed each run)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
     parser.add_argument("--api-key", default=None, help="if set, require this Bearer key, 401 otherwise (default: no key required)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import sys
 import time
@@ -29,7 +28,7 @@ from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
 from ctxprec.scorer.records import failure_record, record_id, score_record
 from ctxprec.scorer.result import JudgeUsage
-from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool
+from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool, parse_count, parse_non_negative
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16
@@ -52,34 +51,14 @@ class UsageError(Exception):
 # --- command line ------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (also used by `ctxprec stub-judge`)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("events", metavar="EVENTS",
                         help="RAG events: JSON Lines (one object per line) or CSV with a header row; "
                              "told apart by the extension (.jsonl, .csv), else by the content")
     parser.add_argument("-o", "--output", metavar="SCORES.jsonl", default=None, help="where to write score records (default: stdout)")
-    parser.add_argument("--scale", type=non_negative_float, default=1.0, help="multiply scores by this (default 1)")
-    parser.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
+    parser.add_argument("--scale", type=flag_type(parse_non_negative), default=1.0,
+                        help="multiply scores by this (default 1)")
+    parser.add_argument("--concurrency", type=flag_type(parse_count), default=DEFAULT_CONCURRENCY,
                         help=f"samples scored at once (default {DEFAULT_CONCURRENCY}; also the judge's requests "
                              "in flight unless --judge-concurrency says otherwise)")
     parser.add_argument("--strict", action="store_true",

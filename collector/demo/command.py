@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ctxprec.collector.config_types import parse_listen
 from ctxprec.collector.demo.synthetic_app import AppConfig, EmittedTrace, SyntheticRagApp
 from ctxprec.collector.demo.view import (
     ServiceRow,
@@ -24,6 +25,8 @@ from ctxprec.collector.demo.view import (
     rate_text,
     render,
 )
+from ctxprec.scorer.batch import flag_type
+from ctxprec.scorer.values import parse_non_negative, parse_positive, parse_rate
 
 log = logging.getLogger("ctxprec.demo")
 
@@ -59,14 +62,15 @@ DEMO_SETTINGS: dict[str, Any] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="S",
+    parser.add_argument("--duration", type=flag_type(parse_non_negative), default=DEFAULT_DURATION, metavar="S",
                         help="seconds to run, then print the summary and exit (default %(default)g; 0: until "
                              "Ctrl-C)")
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, metavar="R",
+    parser.add_argument("--rate", type=flag_type(parse_positive), default=DEFAULT_RATE, metavar="R",
                         help="traces per second (default %(default)g)")
-    parser.add_argument("--sample-rate", type=float, default=DEFAULT_SAMPLE_RATE, metavar="R",
+    parser.add_argument("--sample-rate", type=flag_type(parse_rate), default=DEFAULT_SAMPLE_RATE, metavar="R",
                         help="fraction of traces scored, raised while a drift is suspected (default %(default)g)")
-    parser.add_argument("--degrade-after", type=float, default=DEFAULT_DEGRADE_AFTER, metavar="S",
+    parser.add_argument("--degrade-after", type=flag_type(parse_non_negative), default=DEFAULT_DEGRADE_AFTER,
+                        metavar="S",
                         help="seconds before support-bot's retriever degrades (default %(default)g)")
     parser.add_argument("--metrics", default="127.0.0.1:9464", metavar="HOST:PORT",
                         help="HOST:PORT for /metrics (default %(default)s; a free port if taken)")
@@ -74,18 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> str | None:
-    if not args.duration >= 0:
-        return f"--duration must be >= 0 seconds (0: until Ctrl-C), got {args.duration:g}"
-    if not args.rate > 0:
-        return f"--rate must be > 0 traces per second, got {args.rate:g}"
-    if not 0 < args.sample_rate <= 1:
-        return f"--sample-rate must be between 0 (excluded) and 1, got {args.sample_rate:g}"
-    if args.degrade_after is not None and args.degrade_after < 0:
-        return f"--degrade-after must be >= 0 seconds, got {args.degrade_after:g}"
-    host, sep, port = str(args.metrics).rpartition(":")
-    if not sep or not port.isdigit():
-        return f"--metrics must be HOST:PORT, got {args.metrics!r}"
-    return None
+    """What the flags' own parsers cannot say: the demo needs something sampled."""
+    if args.sample_rate <= 0:
+        return f"--sample-rate must be above 0 (the demo scores what it samples), got {args.sample_rate:g}"
+    try:
+        listen = parse_listen(args.metrics)
+    except ValueError as exc:
+        return f"--metrics {exc}"
+    return None if listen is not None else "--metrics: the demo shows its metrics; give HOST:PORT"
 
 
 def run(args: argparse.Namespace) -> int:

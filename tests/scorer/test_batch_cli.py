@@ -201,8 +201,8 @@ async def test_judge_failures_become_error_records(make_stub_judge: Any, tmp_pat
     ("args", "env", "needle"),
     [
         (["score", "{tmp}/missing.jsonl"], {}, "missing.jsonl: no such file"),
-        (["score", "{events}", "--scale", "-1"], {}, "--scale: must be a finite number >= 0"),
-        (["score", "{events}", "--concurrency", "zero"], {}, "--concurrency: not an integer"),
+        (["score", "{events}", "--scale", "-1"], {}, "--scale: must be a number >= 0"),
+        (["score", "{events}", "--concurrency", "zero"], {}, "--concurrency: must be an integer"),
         (["score", "{events}", "-o", "{tmp}/no/such/dir/out.jsonl"], {}, "does not exist"),
         (["score", "{events}"], {"CTXPREC_SCALE": "big"}, "CTXPREC_SCALE='big': invalid value for --scale"),
         (["score", "{events}", "--judge-model", "openai/gpt-4o-mini"], {"OPENAI_API_KEY": ""}, "api_key"),

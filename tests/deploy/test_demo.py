@@ -141,8 +141,9 @@ async def test_make_demo_runs_its_story_and_ends_by_itself() -> None:
 
 
 async def test_demo_refuses_bad_flags() -> None:
-    for flags, message in ((["--duration", "-3"], b"--duration must be >= 0"),
-                           (["--sample-rate", "0"], b"--sample-rate must be between 0")):
+    for flags, message in ((["--duration", "-3"], b"--duration: must be a number >= 0"),
+                           (["--sample-rate", "0"], b"--sample-rate must be above 0"),
+                           (["--metrics", "nowhere"], b"--metrics must be HOST:PORT")):
         proc = await asyncio.create_subprocess_exec(
             str(CTXPREC), "demo", *flags, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -68,7 +68,11 @@ def describe(pipeline: Pipeline) -> list[str]:
         lines.append(f"output: score records to Kafka topic {c.kafka.results_topic}")
     if c.kafka.enabled and c.kafka.diagnostics_topic:
         lines.append(f"output: noisy-document summaries to Kafka topic {c.kafka.diagnostics_topic} every "
-                     f"{c.kafka.diagnostics_interval_s:g}s")
+                     f"{c.kafka.diagnostics_interval_s:g}s"
+                     + (" (by the replica owning partition 0)" if pipeline.cluster_feed is not None else ""))
+    if pipeline.cluster_feed is not None:
+        lines.append(f"cluster: learning from every replica's scores in {c.kafka.results_topic} "
+                     f"(this replica: {pipeline.replica})")
     server = pipeline.metrics_server
     if server is not None:
         access = ("token required" if server.security.bearer_token is not None and not server.metrics_open

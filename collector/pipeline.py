@@ -42,6 +42,7 @@ from ctxprec.collector.metrics.judge import (
     JudgeFailureLog,
     JudgeMetricsObserver,
     Observers,
+    SharedCacheMetricsObserver,
 )
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.metrics.sink import MetricsSink
@@ -61,6 +62,7 @@ from ctxprec.collector.service_graph import Readiness, ServiceGraph
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
 from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
+from ctxprec.scorer.judge.shared_cache import OUTCOMES as SHARED_CACHE_OUTCOMES
 
 if TYPE_CHECKING:  # built only when configured, so imported where they are built
     from ctxprec.collector.assembly.ingest import OtlpIngest
@@ -113,7 +115,8 @@ class Pipeline:
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
                                    judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
                                    fallback_reasons=FALLBACK_REASONS if local else (),
-                                   cluster_outcomes=CLUSTER_OUTCOMES if self.cluster_feed is not None else ())
+                                   cluster_outcomes=CLUSTER_OUTCOMES if self.cluster_feed is not None else (),
+                                   shared_cache_outcomes=SHARED_CACHE_OUTCOMES if self.shared_cache else ())
         self.graph.waves()  # a cycle is a wiring mistake: fail at construction, not at shutdown
 
     # -- the stages, from the judge back to the inputs --
@@ -124,7 +127,8 @@ class Pipeline:
         self.judge_failures = FailureLog(f"judge {config.judge.model or 'local'}", logging.getLogger("ctxprec.judge"))
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
         self.engine = make_engine(placement_of(config), Observers(JudgeMetricsObserver(self.metrics),
-                                                    JudgeFailureLog(self.judge_failures)))
+                                                                  JudgeFailureLog(self.judge_failures)),
+                                  SharedCacheMetricsObserver(self.metrics))
         self.identity = ScorerIdentity.of_engine(self.engine)
         self.graph.add("engine", EngineStage(self.engine),
                        ready=Readiness("judge", JudgeReachable(self.engine.model, config.judge.api_base)))
@@ -390,6 +394,11 @@ class Pipeline:
             server.add_json_route("/diagnostics/top_k", sink.top_k_json)
 
     # -- what the stages report --
+
+    @property
+    def shared_cache(self) -> bool:
+        """A verdict cache shared by replicas is in use (the local judge keeps no cache)."""
+        return bool(self.config.judge.cache_url) and self.engine.model != "local"
 
     def _receiver_names(self) -> list[str]:
         r = self.config.receivers

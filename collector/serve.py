@@ -51,7 +51,9 @@ def describe(pipeline: Pipeline) -> list[str]:
     where = f" at {judge.api_base}" if judge.api_base else ""
     lines.append(f"judge: {pipeline.engine.model}{where}; sample rate {c.sampling.default_rate:g}"
                  + (" (adaptive: raised while a drift is suspected)" if c.sampling.adaptive else "")
-                 + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else ""))
+                 + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else "")
+                 # The URL may hold a password: only that there is one.
+                 + ("; verdicts cached in a store shared by replicas" if pipeline.shared_cache else ""))
     forward_to = c.export.forward_to
     if forward_to:
         headers = ""

@@ -14,6 +14,8 @@ pytest_plugins = ["tests.helpers.phoenix_fixture"]
 # that run for many seconds: `make test` runs them after the rest; `make test-fast` leaves them out.
 SLOW = ("tests/kafka/", "tests/chaos/", "tests/realtraffic/", "tests/deploy/test_live_prometheus.py",
         "tests/deploy/test_demo.py", "tests/deploy/test_synthetic_app.py", "tests/trust/test_fuzz_",
+        # A real redis-server per test.
+        "tests/scorer/test_shared_cache.py::test_a_",
         "tests/docs/test_readme_dry_run.py", "tests/collector/test_listener_security.py::test_serve_with_no",
         "tests/scorer/test_prices.py", "tests/collector/test_engine_process.py",
         "tests/scorer/test_judge_client.py::test_cost_of_a_known_model_matches_litellm_cost_map",

@@ -7,11 +7,14 @@ the only place that connects stages (collector/components.py declares the seams)
     -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
        spans, Kafka results, Phoenix and Langfuse, ...)
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
+    cluster feed -> drift, diagnostics (cluster learning: the other replicas' scores, read back
+       from the Kafka results topic)
 
 and the feedback links, named in the graph: drift -> adaptive sampling (a service's rate rises
 while a drift is suspected), diagnostics -> the drift alarm (its explainer), Kafka results ->
 the Kafka receiver (records flushed before each commit), the ack travelling with each Kafka
-retrieval to the fan-out, which releases it.
+retrieval to the fan-out, which releases it, the Kafka receiver -> the Kafka diagnostics (with
+cluster learning, the owner of the input's partition 0 publishes for the cluster).
 
 Start and stop order come from the graph: consumers start before producers; on stop every stage
 finishes (inputs close first, buffered traces go to scoring, scoring drains until the shutdown

@@ -7,9 +7,11 @@ of its own (sampling rules give each its rate):
   8 workers per replica); scores per second from the first score record to the last, 3 replicas
   over 1. The same events carry noisy documents: afterwards /diagnostics/documents (top 5) of
   every replica is compared with the single replica's summary of the same traffic.
-- **learning** (`bench-drift`, rate 0.1, adaptive sampling on): paced traffic whose precision
-  drops at a known moment (0.87 -> 0.59 mean); per replica, the delay from the first degraded
-  event produced to `ctxprec_precision_drift` = 1 and to `ctxprec_sample_rate` rising.
+- **learning** (`bench-drift-<round>`, rate 0.1, adaptive sampling on): paced traffic whose
+  precision drops at a known moment (0.87 -> 0.59 mean); per replica, the delay from the first
+  degraded event produced to `ctxprec_precision_drift` = 1 and to `ctxprec_sample_rate` rising
+  (0 when a false start had already raised it). Each round is a new service (fresh detectors);
+  the figures are the medians over the rounds, the same traffic for every cluster.
 - **cache** (`bench-cache`, rate 1): paced traffic where each distinct sample comes back several
   times; judge calls (the score records' `judge.calls`) with the shared cache.
 - **store down** (3 replicas): redis-server stopped for 30 s (8 s with --quick) while such traffic
@@ -27,6 +29,7 @@ import asyncio
 import json
 import random
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -47,7 +50,7 @@ RESULT_PARTITIONS = 3
 WORKERS = ["--workers", "8", "--judge-concurrency", "8", "--judge-adaptive-concurrency", "false"]
 # Scores per service the drift detector warms up on (100 by default), the same in every cluster,
 # so that the learning phase fits the run.
-DRIFT_WARMUP = 40
+DRIFT_WARMUP = 30
 THROUGHPUT_LATENCY_MS = 200
 LEARNING_LATENCY_MS = 5
 BASE_RATE = 0.1
@@ -60,6 +63,7 @@ GOALS = {"learning_delay_ratio": 1.2, "rate_rise_delay_ratio": 1.2, "cache_calls
 @dataclass
 class Sizes:
     throughput: int
+    rounds: int
     warm_s: float
     after_drop_s: float
     drift_rate: float  # events per second
@@ -68,9 +72,9 @@ class Sizes:
     outage_s: float
 
 
-QUICK = Sizes(throughput=240, warm_s=8.0, after_drop_s=6.0, drift_rate=60, cache_distinct=40, cache_repeats=4,
-              outage_s=5.0)
-FULL = Sizes(throughput=1200, warm_s=12.0, after_drop_s=10.0, drift_rate=60, cache_distinct=120, cache_repeats=5,
+QUICK = Sizes(throughput=160, rounds=1, warm_s=6.0, after_drop_s=2.5, drift_rate=60, cache_distinct=40, cache_repeats=4,
+              outage_s=4.0)
+FULL = Sizes(throughput=1200, rounds=5, warm_s=10.0, after_drop_s=10.0, drift_rate=60, cache_distinct=120, cache_repeats=5,
              outage_s=30.0)
 
 
@@ -96,7 +100,7 @@ def throughput_events(n: int) -> list[bytes]:
     return out
 
 
-def drift_event(i: int, degraded: bool, rng: random.Random) -> bytes:
+def drift_event(i: int, degraded: bool, rng: random.Random, service: str, round_: int) -> bytes:
     # Good: mostly the relevant contexts first (mean 0.87); degraded: mostly irrelevant ones first
     # (mean 0.59), the drop of bench/drift_detection.py (0.85 -> 0.60).
     patterns = ([("R", "R", "I")] * 7 + [("I", "R", "R")] * 3) if not degraded else (
@@ -104,7 +108,7 @@ def drift_event(i: int, degraded: bool, rng: random.Random) -> bytes:
     pattern = rng.choice(patterns)
     contexts = [{"id": f"d-{i}-{j}", "content": f"[{'relevant' if p == 'R' else 'irrelevant'}] passage {j} of {i}"}
                 for j, p in enumerate(pattern)]
-    return _event(_trace(2, i), "bench-drift", f"drift question {i}", contexts, f"answer {i}")
+    return _event(_trace(20 + round_, i), service, f"drift question {i}", contexts, f"answer {i}")
 
 
 def cache_events(distinct: int, repeats: int, *, phase: int, service: str, seed: int) -> list[bytes]:
@@ -173,7 +177,7 @@ async def start_cluster(cluster: Cluster, broker: Any, topic: str, results: str,
 
     config = tmp / f"{cluster.name}.yaml"
     config.write_text(json.dumps({"sampling": {"default_rate": 1.0, "adaptive": True,
-                                               "rules": [{"service": "bench-drift", "rate": BASE_RATE}]},
+                                               "rules": [{"service": "bench-drift-*", "rate": BASE_RATE}]},
                                   "drift": {"warmup": DRIFT_WARMUP}}))
     if cluster.shared_cache:  # each cluster starts with an empty store: no verdicts of the one before
         import redis
@@ -273,10 +277,21 @@ async def phase_throughput(cluster: Cluster, broker: Any, topic: str, results: s
 
 
 async def phase_learning(cluster: Cluster, broker: Any, topic: str, judge_url: str, sizes: Sizes) -> dict[str, Any]:
+    _control(judge_url, latency_ms=LEARNING_LATENCY_MS)
+    rounds = [await learning_round(cluster, broker, topic, sizes, r) for r in range(sizes.rounds)]
+
+    def median(key: str) -> list[float]:
+        return [round(statistics.median(r[key][k] for r in rounds), 2) for k in range(cluster.size)]
+
+    return {"rounds": rounds, "detection_delay_s_by_replica": median("detection_delay_s_by_replica"),
+            "rate_rise_delay_s_by_replica": median("rate_rise_delay_s_by_replica")}
+
+
+async def learning_round(cluster: Cluster, broker: Any, topic: str, sizes: Sizes, round_: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaProducer
 
-    _control(judge_url, latency_ms=LEARNING_LATENCY_MS)
-    rng = random.Random(5)
+    service = f"bench-drift-{round_}"
+    rng = random.Random(5 + round_)
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
     await producer.start()
     alarmed: dict[int, float] = {}
@@ -291,9 +306,9 @@ async def phase_learning(cluster: Cluster, broker: Any, topic: str, judge_url: s
             for i, text in enumerate(texts):
                 if drop_at is None:
                     continue
-                if i not in alarmed and _metric(text, "ctxprec_precision_drift", service="bench-drift") == 1:
+                if i not in alarmed and _metric(text, "ctxprec_precision_drift", service=service) == 1:
                     alarmed[i] = now - drop_at
-                if i not in raised and _metric(text, "ctxprec_sample_rate", service="bench-drift") > BASE_RATE:
+                if i not in raised and _metric(text, "ctxprec_sample_rate", service=service) > BASE_RATE:
                     raised[i] = now - drop_at
             await asyncio.sleep(0.05)
 
@@ -308,7 +323,7 @@ async def phase_learning(cluster: Cluster, broker: Any, topic: str, judge_url: s
             while i < due:
                 if degraded and drop_at is None:
                     drop_at = time.monotonic()
-                await producer.send(topic, drift_event(i, degraded, rng))
+                await producer.send(topic, drift_event(i, degraded, rng, service, round_))
                 i += 1
             await asyncio.sleep(0.01)
         await producer.flush()
@@ -320,7 +335,7 @@ async def phase_learning(cluster: Cluster, broker: Any, topic: str, judge_url: s
         stop.set()
         await watcher
         await producer.stop()
-    return {"events": i, "event_rate": sizes.drift_rate, "base_rate": BASE_RATE,
+    return {"service": service, "events": i, "event_rate": sizes.drift_rate, "base_rate": BASE_RATE,
             "detection_delay_s_by_replica": [round(alarmed.get(k, float("nan")), 2) for k in range(cluster.size)],
             "rate_rise_delay_s_by_replica": [round(raised.get(k, float("nan")), 2) for k in range(cluster.size)]}
 
@@ -353,10 +368,10 @@ async def phase_cache(cluster: Cluster, broker: Any, topic: str, results: str, s
 
 async def phase_outage(cluster: Cluster, broker: Any, topic: str, redis: Any, sizes: Sizes) -> dict[str, Any]:
     rate = 40.0
-    n = int((sizes.outage_s + 5) * rate)
+    n = int((sizes.outage_s + 4) * rate)
     events = cache_events(n // 2, 2, phase=4, service="bench-outage", seed=4)
     sender = asyncio.create_task(paced(broker, topic, events, rate))
-    await asyncio.sleep(3)
+    await asyncio.sleep(2)
     redis.stop()
     down_at = time.monotonic()
     await asyncio.sleep(sizes.outage_s)
@@ -407,7 +422,8 @@ async def run_cluster(cluster: Cluster, broker: Any, judge_url: str, redis: Any,
 
 
 def _worst(values: list[float]) -> float:
-    return max(v for v in values) if values else float("nan")
+    """The slowest replica's delay; NaN when one never got there (within the round)."""
+    return float("nan") if not values or any(v != v for v in values) else max(values)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -474,17 +490,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if "three-alone" in runs:
         alone = runs["three-alone"]
         out["without_learning"] = {
-            "detection_delay_s_worst": _worst(alone["learning"]["detection_delay_s_by_replica"]),
-            "rate_rise_delay_s_worst": _worst(alone["learning"]["rate_rise_delay_s_by_replica"]),
+            "detection_delay_s_by_replica": alone["learning"]["detection_delay_s_by_replica"],
+            "rate_rise_delay_s_by_replica": alone["learning"]["rate_rise_delay_s_by_replica"],
             "judge_calls": alone["cache"]["judge_calls"]}
     return out
+
+
+def plain(value: Any) -> Any:
+    """NaN (a replica that never alarmed within its round) as null: the result file stays JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller phases, no third cluster (under a minute)")
     args = parser.parse_args()
-    out = asyncio.run(run(args))
+    out = plain(asyncio.run(run(args)))
     summary = {k: v for k, v in out.items() if k not in ("runs", "machine", "goals", "description")}
     print(json.dumps(summary, indent=2))
     write_result("cluster", out, quick=args.quick)

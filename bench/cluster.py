@@ -72,8 +72,8 @@ class Sizes:
     outage_s: float
 
 
-QUICK = Sizes(throughput=160, rounds=1, warm_s=6.0, after_drop_s=2.5, drift_rate=60, cache_distinct=40, cache_repeats=4,
-              outage_s=4.0)
+QUICK = Sizes(throughput=120, rounds=1, warm_s=7.0, after_drop_s=2.5, drift_rate=60, cache_distinct=40, cache_repeats=4,
+              outage_s=3.0)
 FULL = Sizes(throughput=1200, rounds=5, warm_s=10.0, after_drop_s=10.0, drift_rate=60, cache_distinct=120, cache_repeats=5,
              outage_s=30.0)
 
@@ -211,12 +211,14 @@ async def start_cluster(cluster: Cluster, broker: Any, topic: str, results: str,
                                     decision="evaluated") for p in cluster.procs) == len(warm), "warm-up scores")
 
 
-def stop_cluster(cluster: Cluster) -> None:
-    for p in cluster.procs:
+async def stop_cluster(cluster: Cluster) -> None:
+    async def stop(p: Any) -> None:
         try:
-            p.terminate(30)
+            await asyncio.to_thread(p.terminate, 30)
         finally:
             p.kill()
+
+    await asyncio.gather(*(stop(p) for p in cluster.procs), return_exceptions=True)
 
 
 def _evaluated(cluster: Cluster, service: str, decision: str = "evaluated") -> float:
@@ -368,7 +370,7 @@ async def phase_cache(cluster: Cluster, broker: Any, topic: str, results: str, s
 
 async def phase_outage(cluster: Cluster, broker: Any, topic: str, redis: Any, sizes: Sizes) -> dict[str, Any]:
     rate = 40.0
-    n = int((sizes.outage_s + 4) * rate)
+    n = int((sizes.outage_s + 3) * rate)
     events = cache_events(n // 2, 2, phase=4, service="bench-outage", seed=4)
     sender = asyncio.create_task(paced(broker, topic, events, rate))
     await asyncio.sleep(2)
@@ -417,7 +419,7 @@ async def run_cluster(cluster: Cluster, broker: Any, judge_url: str, redis: Any,
             print(p.log_tail(20), file=sys.stderr)
         raise
     finally:
-        await asyncio.to_thread(stop_cluster, cluster)
+        await stop_cluster(cluster)
     return out
 
 

@@ -5,7 +5,9 @@ component, and the seams between the stages, in the order data crosses them:
               --ResultSink--> exporters (metrics, span write-back, evaluator spans, Kafka results, ...)
 
 and, in span mode, assembly --SpanPassThrough--> the span write-back exporter (every span goes
-downstream; the retrieval spans of sampled traces wait there for their results).
+downstream; the retrieval spans of sampled traces wait there for their results); with cluster
+learning, the cluster feed --PeerScores--> the drift monitor and the diagnostics (the scores
+other replicas made, read back from the Kafka results topic).
 
 Data only moves forward across these interfaces: no stage calls back into the one before it. A
 retrieval's input acknowledgement (`model.Ack`: a Kafka offset) travels with it and is released
@@ -27,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ctxprec.collector.model import Decision, Outcome, PendingAck, Retrieval
+from ctxprec.collector.model import Decision, Outcome, PeerScore, PendingAck, Retrieval
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +140,11 @@ class SpanPassThrough(Protocol):
     def pass_through(self, request: Any, raw: bytes | None, total_spans: int, held: list[Any]) -> None: ...
 
     def trace_done(self, trace_id: bytes, retrieval_span_ids: set[bytes]) -> None: ...
+
+
+class PeerScores(Protocol):
+    """Takes the scores other replicas made (the cluster feed -> the drift monitor and the
+    diagnostics), to learn from: never counted in metrics, never exported. Must not block and
+    must not raise."""
+
+    def peer_score(self, score: PeerScore) -> None: ...

@@ -3,7 +3,8 @@ environment variables and flags; flags win over the environment, the environment
 
 Each component declares its own settings beside it (receivers/config.py, exporters/config.py,
 scoring/config.py, sampling/config.py, assembly/config.py, assembly/conventions.py,
-metrics/config.py, metrics/drift.py, kafka/config.py, diagnostics/config.py): the YAML section, every key's default and
+metrics/config.py, metrics/drift.py, kafka/config.py, diagnostics/config.py,
+cluster/config.py): the YAML section, every key's default and
 meaning, and its flag. This module only composes them; pydantic-settings layers the three
 sources and validates. The environment names stay flat (`CTXPREC_<FLAG>`, e.g.
 `CTXPREC_SAMPLE_RATE`), as users set them. A bad value is refused before anything starts, with a
@@ -27,6 +28,7 @@ import yaml
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.cli import ENV_PREFIX, env_name
 from ctxprec.collector.assembly.conventions import ConventionConfig
+from ctxprec.collector.cluster.config import ClusterConfig
 from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
 from ctxprec.collector.exporters.config import ExportConfig
@@ -71,6 +73,8 @@ class ServeConfig(BaseSettings):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka input and results")
     diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig,
                                            description="noisy documents, the right top-k, drift slices")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig,
+                                   description="cluster learning: every replica learns from all replicas' scores")
     log_level: Annotated[str, BeforeValidator(choice(*LOG_LEVELS))] = setting(
         "info", "log level", flag="--log-level", choices=LOG_LEVELS)
     log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(

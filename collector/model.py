@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ctxprec.scorer.result import ScoreResult
+from ctxprec.scorer.result import ScoreResult, Verdict
 
 
 # The error type of a retrieval that shutdown cut short: decided `failed`, its input not
@@ -112,6 +112,22 @@ class Outcome:
     def cut_short(self) -> bool:
         """Decided `failed` because the sidecar shut down: the input stays unacknowledged."""
         return self.decision is Decision.FAILED and self.error is not None and self.error[0] == SHUTDOWN
+
+
+@dataclass(slots=True)
+class PeerScore:
+    """A score another replica made, read back from the Kafka results topic (collector/cluster/):
+    what this replica's drift detector, adaptive sampling and diagnostics learn from. Never
+    counted in metrics or exported again: the replica that made it did that."""
+
+    service: str
+    retriever: str
+    score: float  # normalised to 0..1
+    verdicts: list[Verdict]
+    documents: list[str]  # one identity per context, in rank order
+    context_chars: list[int]  # each context's size in characters, in rank order ([] when unknown)
+    # The drift-slice attributes' values the retrieval carried (span, else resource), by name.
+    slices: dict[str, Any] = field(default_factory=dict)
 
 
 class Countdown:

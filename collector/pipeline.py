@@ -7,11 +7,14 @@ the only place that connects stages (collector/components.py declares the seams)
     -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
        spans, Kafka results, Phoenix and Langfuse, ...)
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
+    cluster feed -> drift, diagnostics (cluster learning: the other replicas' scores, read back
+       from the Kafka results topic)
 
 and the feedback links, named in the graph: drift -> adaptive sampling (a service's rate rises
 while a drift is suspected), diagnostics -> the drift alarm (its explainer), Kafka results ->
 the Kafka receiver (records flushed before each commit), the ack travelling with each Kafka
-retrieval to the fan-out, which releases it.
+retrieval to the fan-out, which releases it, the Kafka receiver -> the Kafka diagnostics (with
+cluster learning, the owner of the input's partition 0 publishes for the cluster).
 
 Start and stop order come from the graph: consumers start before producers; on stop every stage
 finishes (inputs close first, buffered traces go to scoring, scoring drains until the shutdown
@@ -30,7 +33,10 @@ from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
+from ctxprec.collector.cluster.records import OUTCOMES as CLUSTER_OUTCOMES
 from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.score_headers import new_replica_id
 from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor
@@ -39,6 +45,7 @@ from ctxprec.collector.metrics.judge import (
     JudgeFailureLog,
     JudgeMetricsObserver,
     Observers,
+    SharedCacheMetricsObserver,
 )
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.metrics.sink import MetricsSink
@@ -58,9 +65,11 @@ from ctxprec.collector.service_graph import Readiness, ServiceGraph
 from ctxprec.collector.version import VERSION
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
 from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
+from ctxprec.scorer.judge.shared_cache import OUTCOMES as SHARED_CACHE_OUTCOMES
 
 if TYPE_CHECKING:  # built only when configured, so imported where they are built
     from ctxprec.collector.assembly.ingest import OtlpIngest
+    from ctxprec.collector.cluster.feed import ClusterFeed
     from ctxprec.collector.diagnostics.sink import DiagnosticsSink
     from ctxprec.collector.exporters.evaluator import EvaluatorExporter
     from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
@@ -95,6 +104,8 @@ class Pipeline:
         self.kafka_receiver: KafkaReceiver | None = None
         self.kafka_results: KafkaResultsExporter | None = None
         self.kafka_diagnostics: KafkaDiagnosticsExporter | None = None
+        self.cluster_feed: ClusterFeed | None = None
+        self.replica: str | None = None  # this replica's name in its score records, with cluster learning
         self.metrics_server: MetricsServer | None = None
         self._add_scoring()
         self._add_sampling()
@@ -106,7 +117,9 @@ class Pipeline:
         local = self.engine.model == "local"
         self.metrics.start_at_zero(receivers=self._receiver_names(), judge_model=self.engine.model,
                                    judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
-                                   fallback_reasons=FALLBACK_REASONS if local else ())
+                                   fallback_reasons=FALLBACK_REASONS if local else (),
+                                   cluster_outcomes=CLUSTER_OUTCOMES if self.cluster_feed is not None else (),
+                                   shared_cache_outcomes=SHARED_CACHE_OUTCOMES if self.shared_cache else ())
         self.graph.waves()  # a cycle is a wiring mistake: fail at construction, not at shutdown
 
     # -- the stages, from the judge back to the inputs --
@@ -117,7 +130,8 @@ class Pipeline:
         self.judge_failures = FailureLog(f"judge {config.judge.model or 'local'}", logging.getLogger("ctxprec.judge"))
         # In this process, or a scoring process on another core (collector/scoring/placement.py).
         self.engine = make_engine(placement_of(config), Observers(JudgeMetricsObserver(self.metrics),
-                                                    JudgeFailureLog(self.judge_failures)))
+                                                                  JudgeFailureLog(self.judge_failures)),
+                                  SharedCacheMetricsObserver(self.metrics))
         self.identity = ScorerIdentity.of_engine(self.engine)
         self.graph.add("engine", EngineStage(self.engine),
                        ready=Readiness("judge", JudgeReachable(self.engine.model, config.judge.api_base)))
@@ -288,16 +302,21 @@ class Pipeline:
 
     def _add_kafka(self) -> None:
         kafka = self.config.kafka
+        learning = self.config.cluster.enabled(kafka_input=kafka.enabled, results_topic=kafka.results_topic)
         if not kafka.enabled:
             return
         kafka = kafka.with_queue_size(self.config.scoring.queue_size)
         from ctxprec.collector.receivers.kafka import KafkaReceiver
 
         graph = self.graph
+        self.replica = new_replica_id() if learning else None
         if kafka.results_topic:
             from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
 
-            self.kafka_results = KafkaResultsExporter(kafka, self.metrics)
+            diagnostics = self.config.diagnostics
+            self.kafka_results = KafkaResultsExporter(
+                kafka, self.metrics, replica=self.replica,
+                slice_attributes=diagnostics.slice_attributes if diagnostics.enabled else ())
             self._add_exporter("kafka_results", self.kafka_results, grace_s=KAFKA_RESULTS_GRACE_S)
         if kafka.diagnostics_topic:
             if self.diagnostics is None:
@@ -326,6 +345,36 @@ class Pipeline:
         if results is not None:
             graph.link("kafka_results", "kafka", "score records are flushed before each commit",
                        wire=lambda: receiver.commit_after(results.flush))
+        if learning:
+            self._add_cluster_feed(kafka, receiver)
+
+    def _add_cluster_feed(self, kafka: KafkaConfig, receiver: KafkaReceiver) -> None:
+        """Cluster learning: the other replicas' scores, read back from the results topic, feed this
+        replica's drift monitor (hence its adaptive sampling) and diagnostics; one replica, the
+        owner of the input topic's partition 0, publishes the Kafka diagnostics for the cluster."""
+        from aiokafka import TopicPartition
+        from ctxprec.collector.cluster.feed import ClusterFeed
+
+        assert self.replica is not None
+        graph = self.graph
+        feed = self.cluster_feed = ClusterFeed(
+            kafka, replica=self.replica, model=self.identity.model, prompt_version=self.identity.prompt_version,
+            metrics=self.metrics, max_lag_records=self.config.cluster.max_lag_records)
+        graph.add("cluster_feed", feed)
+        graph.connect("cluster_feed", "drift", "PeerScores")
+        feed.sinks.append(self.drift)
+        if self.diagnostics is not None:
+            graph.connect("cluster_feed", "diagnostics", "PeerScores")
+            feed.sinks.append(self.diagnostics)
+        exporter = self.kafka_diagnostics
+        if exporter is not None:
+            first = TopicPartition(kafka.topic or "", 0)
+
+            def publish_once() -> None:
+                exporter.publishing = lambda: first in receiver.assignment
+
+            graph.link("kafka", "kafka_diagnostics", "the owner of the input's partition 0 publishes for the cluster",
+                       wire=publish_once)
 
     def _add_metrics_server(self) -> None:
         config = self.config.metrics
@@ -349,6 +398,11 @@ class Pipeline:
 
     # -- what the stages report --
 
+    @property
+    def shared_cache(self) -> bool:
+        """A verdict cache shared by replicas is in use (the local judge keeps no cache)."""
+        return bool(self.config.judge.cache_url) and self.engine.model != "local"
+
     def _receiver_names(self) -> list[str]:
         r = self.config.receivers
         names = [name for name, listen in (("otlp_grpc", r.otlp_grpc), ("otlp_http", r.otlp_http)) if listen is not None]
@@ -364,6 +418,8 @@ class Pipeline:
             logs.append(self.writeback.sender.failures)
         if self.evaluator is not None:
             logs.extend(self.evaluator.failure_logs())
+        if self.cluster_feed is not None:
+            logs.append(self.cluster_feed.failures)
         return logs
 
     @property

@@ -51,7 +51,9 @@ def describe(pipeline: Pipeline) -> list[str]:
     where = f" at {judge.api_base}" if judge.api_base else ""
     lines.append(f"judge: {pipeline.engine.model}{where}; sample rate {c.sampling.default_rate:g}"
                  + (" (adaptive: raised while a drift is suspected)" if c.sampling.adaptive else "")
-                 + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else ""))
+                 + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else "")
+                 # The URL may hold a password: only that there is one.
+                 + ("; verdicts cached in a store shared by replicas" if pipeline.shared_cache else ""))
     forward_to = c.export.forward_to
     if forward_to:
         headers = ""
@@ -68,7 +70,11 @@ def describe(pipeline: Pipeline) -> list[str]:
         lines.append(f"output: score records to Kafka topic {c.kafka.results_topic}")
     if c.kafka.enabled and c.kafka.diagnostics_topic:
         lines.append(f"output: noisy-document summaries to Kafka topic {c.kafka.diagnostics_topic} every "
-                     f"{c.kafka.diagnostics_interval_s:g}s")
+                     f"{c.kafka.diagnostics_interval_s:g}s"
+                     + (" (by the replica owning partition 0)" if pipeline.cluster_feed is not None else ""))
+    if pipeline.cluster_feed is not None:
+        lines.append(f"cluster: learning from every replica's scores in {c.kafka.results_topic} "
+                     f"(this replica: {pipeline.replica})")
     server = pipeline.metrics_server
     if server is not None:
         access = ("token required" if server.security.bearer_token is not None and not server.metrics_open

@@ -45,6 +45,15 @@ def parse_api_key(raw: Any) -> str | None:
     return parse_optional_text(raw)
 
 
+def parse_cache_url(raw: Any) -> str | None:
+    value = parse_optional_text(raw)
+    if value is None:
+        return None
+    from ctxprec.scorer.judge.shared_cache import check_url
+
+    return check_url(value)
+
+
 def judge_setting(default: Any, help: str, parse: Callable[[Any], Any], *, flag: str | None = None,
                   secret: bool = False, metavar: str | None = None) -> Any:
     """A JudgeConfig field: default, help, the parser every source's value goes through, and the
@@ -75,6 +84,10 @@ class JudgeConfig:
         4000, "characters of a context sent to the judge", parse_count, flag="--judge-max-context-chars")
     cache_size: int = judge_setting(10_000, "verdict cache entries (0: no cache)", parse_count0,
                                     flag="--judge-cache-size")
+    cache_url: str | None = judge_setting(
+        None, "a verdict cache shared by replicas, behind the local one: redis://host:port/db (rediss:// for TLS; "
+              "needs ctxprec[redis]); a store that is down costs judge calls, never a score", parse_cache_url,
+        flag="--judge-cache-url", secret=True, metavar="URL")
     concurrency: int = judge_setting(
         16, "judge requests in flight at most (suits hosted APIs); with adaptive concurrency the judge "
             "keeps fewer in flight while its latency climbs (a local server that answers one at a time "

@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.base import Judge
 from ctxprec.scorer.judge.chat import RequestObserver
+
+if TYPE_CHECKING:
+    from ctxprec.scorer.judge.shared_cache import CacheObserver
 from ctxprec.scorer.precision import summarize, validate_scale
 from ctxprec.scorer.reason import build_reason
 from ctxprec.scorer.redact import Redactor
@@ -182,8 +185,10 @@ class ContextPrecisionEngine:
         await self.judge.aclose()
 
 
-def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None) -> ContextPrecisionEngine:
-    """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient.
+def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None,
+                 cache_observer: CacheObserver | None = None) -> ContextPrecisionEngine:
+    """LocalJudge for model="local" (no network), else LLMJudge over the configured ChatClient,
+    with the shared verdict cache when `config.cache_url` is set (it reports to `cache_observer`).
     Either reports each judging request to `observer`."""
     validate_scale(scale)
     if _is_local(config):
@@ -194,7 +199,10 @@ def build_engine(config: JudgeConfig, *, scale: float = 1, observer: RequestObse
         from ctxprec.scorer.judge.factory import make_chat_client
         from ctxprec.scorer.judge.llm import LLMJudge
 
-        judge = LLMJudge(make_chat_client(config, observer), config)
+        from ctxprec.scorer.judge.shared_cache import SharedVerdictCache
+
+        shared = SharedVerdictCache(config.cache_url, observer=cache_observer) if config.cache_url else None
+        judge = LLMJudge(make_chat_client(config, observer), config, shared=shared)
     return ContextPrecisionEngine(
         judge,
         scale=scale,

@@ -1,23 +1,31 @@
 #!/bin/sh
-# Installs what the tests need from Debian's packages, only when it is missing: Prometheus (for
-# promtool and the live dashboard test). Nothing that is already there is touched, and no process
-# is stopped: the tests start their own Prometheus on free ports. Debian's package would start a
-# daemon on install; a policy-rc.d, only for the time of the install, keeps it from doing so.
+# Installs what the tests need from Debian's packages, only what is missing: Prometheus (for
+# promtool and the live dashboard test) and Redis (the shared verdict cache's tests). Nothing that
+# is already there is touched, and no process is stopped: the tests start their own Prometheus and
+# redis-server on free ports. Debian's packages would start daemons on install; a policy-rc.d,
+# only for the time of the install, keeps them from doing so.
 set -eu
 
-if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+packages=""
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    packages=" prometheus"
+fi
+if ! command -v redis-server >/dev/null 2>&1; then
+    packages="$packages redis-server"
+fi
+if [ -z "$packages" ]; then
     exit 0
 fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
     if ! command -v sudo >/dev/null 2>&1; then
-        echo "make test needs Debian's prometheus package and installing it needs root:" >&2
-        echo "  run 'apt-get install prometheus' as root, or run make test as root" >&2
+        echo "make test needs Debian's packages $packages and installing them needs root:" >&2
+        echo "  run 'apt-get install $packages' as root, or run make test as root" >&2
         exit 1
     fi
     SUDO=sudo
 fi
-echo "installing prometheus from Debian's packages (its service is not started)"
+echo "installing$packages from Debian's packages (their services are not started)"
 policy="${POLICY_RC_D:-/usr/sbin/policy-rc.d}"  # overridable for the test of this script
 own_policy=""
 if [ ! -e "$policy" ]; then
@@ -28,4 +36,4 @@ fi
 cleanup() { if [ -n "$own_policy" ]; then $SUDO rm -f "$policy"; fi; }
 trap cleanup EXIT
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null

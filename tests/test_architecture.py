@@ -90,7 +90,7 @@ def test_the_graph_is_read_at_all() -> None:
 
 # A stage's modules may use these of another stage's: shared data and protocols, never a stage
 # itself (a stage is given its neighbours by the composition root).
-STAGES = ("receivers", "assembly", "sampling", "scoring", "exporters", "diagnostics")
+STAGES = ("receivers", "assembly", "sampling", "scoring", "exporters", "diagnostics", "cluster")
 SHARED_ACROSS_STAGES = {
     "ctxprec.collector.metrics.registry",  # the one registry every stage counts in
     "ctxprec.collector.metrics.children",

@@ -2,6 +2,10 @@
 the slice statistics from every evaluated outcome, sets the top-k gauges, and answers the
 diagnostics endpoints.
 
+With cluster learning the scores other replicas made arrive through `peer_score` (a
+`PeerScores`: document names, context sizes and slice values read back from the Kafka results
+topic, no text), so that every replica's summaries cover the whole service.
+
 Wiring (what the pipeline does with it):
 
     sink = DiagnosticsSink(settings, metrics=metrics, drift=drift_monitor, redact=redactor)
@@ -30,8 +34,9 @@ from ctxprec.collector.diagnostics.slices import SliceTracker
 from ctxprec.collector.diagnostics.top_k import TopKTracker
 from ctxprec.collector.diagnostics.views import JsonResponse, documents_view, drift_view, top_k_view
 from ctxprec.collector.metrics.registry import LabelCap, Metrics
-from ctxprec.collector.model import Decision, Outcome, RetrievedContext
+from ctxprec.collector.model import Decision, Outcome, PeerScore, RetrievedContext
 from ctxprec.scorer.documents import identity
+from ctxprec.scorer.result import Verdict
 
 if TYPE_CHECKING:
     from ctxprec.collector.metrics.drift import DriftMonitor
@@ -60,16 +65,25 @@ class DiagnosticsSink(Stateless):
         if outcome.decision is not Decision.EVALUATED or result is None:
             return
         r = outcome.retrieval
-        service = self._service(r.service)
-        retriever = self._retriever(r.retriever)
         contexts = r.contexts
-        verdicts = result.verdicts
-        documents = _documents(outcome.record, contexts)
-        self.noisy.observe(service, retriever, verdicts, documents,
-                           [c.content for c in contexts] if self.noisy.previews else None)
-        if self.top_k.observe(service, retriever, verdicts, [len(c.content) for c in contexts]):
+        self._observe(r.service, r.retriever, result.verdicts, _documents(outcome.record, contexts),
+                      [len(c.content) for c in contexts], result.normalized_score, r.attributes, r.resource,
+                      [c.content for c in contexts] if self.noisy.previews else None)
+
+    def peer_score(self, score: PeerScore) -> None:
+        """A score another replica made (no text: its documents take a slot without a preview)."""
+        self._observe(score.service, score.retriever, score.verdicts, score.documents, score.context_chars,
+                      score.score, score.slices, None, None)
+
+    def _observe(self, service_name: str, retriever_name: str, verdicts: Sequence[Verdict], documents: Sequence[str],
+                 sizes: Sequence[int], score: float, attributes: Mapping[str, Any],
+                 resource: Mapping[str, Any] | None, contents: Sequence[str] | None) -> None:
+        service = self._service(service_name)
+        retriever = self._retriever(retriever_name)
+        self.noisy.observe(service, retriever, verdicts, documents, contents)
+        if self.top_k.observe(service, retriever, verdicts, sizes):
             self._add_gauges(service, retriever)
-        self.slices.observe(service, retriever, result.normalized_score, r.attributes, r.resource)
+        self.slices.observe(service, retriever, score, attributes, resource)
 
     def _add_gauges(self, service: str, retriever: str) -> None:
         """The pair's two gauges read the tracker when scraped: nothing is computed per score."""

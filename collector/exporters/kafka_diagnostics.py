@@ -11,6 +11,11 @@ Each message is the `/diagnostics/documents` entry of one pair plus when it was 
 
 keyed by `service/retriever` (a compacted topic keeps the latest summary of each pair).
 
+With cluster learning every replica's summaries cover the whole service, so one replica publishes
+them for the cluster: `publishing` (wired by the pipeline: the replica that owns partition 0 of
+the input topic in the scoring group) is asked before each round, and the others skip theirs.
+When partition 0 moves (a replica stopped, the group rebalanced), its new owner takes over.
+
 A summary replaces the one before it, so a round that cannot be delivered is not retried: it is
 logged, counted in `ctxprec_export_dropped_total{exporter="kafka_diagnostics"}`, and the next
 round carries the newer numbers.
@@ -40,7 +45,8 @@ Summaries = Callable[[], dict[str, Any]]
 
 class KafkaDiagnosticsExporter:
     def __init__(self, settings: KafkaConfig, summaries: Summaries, metrics: Metrics, *,
-                 producer: AIOKafkaProducer | None = None) -> None:
+                 producer: AIOKafkaProducer | None = None, publishing: Callable[[], bool] | None = None) -> None:
+        """`publishing`: whether this replica writes the rounds now (None: always)."""
         if not settings.diagnostics_topic:
             raise ValueError("kafka_diagnostics_topic: required for the Kafka diagnostics exporter")
         self.topic = settings.diagnostics_topic
@@ -51,6 +57,7 @@ class KafkaDiagnosticsExporter:
         self._producer = producer
         self._own_producer = producer is None
         self._task: asyncio.Task[None] | None = None
+        self.publishing = publishing
         self.rounds = 0  # rounds delivered
         self.sent = 0  # messages delivered
 
@@ -102,6 +109,10 @@ class KafkaDiagnosticsExporter:
     async def write_round(self) -> None:
         producer = self._producer
         if producer is None:
+            return
+        publishing = self.publishing is None or self.publishing()
+        self.metrics.kafka_diagnostics_publisher.set(1 if publishing else 0)
+        if not publishing:
             return
         messages = self.messages()
         try:

@@ -1,7 +1,9 @@
 """Kafka results exporter: one score record (docs/FORMATS.md) per decision `evaluated` or
 `failed`, as JSON, to `--kafka-results-topic`, keyed by trace id (a trace's records stay in one
 partition, in order). The record's `id` is the idempotency key and is also sent as the header
-`ctxprec.record_id`, so consumers can de-duplicate replays without parsing the value.
+`ctxprec.record_id`, so consumers can de-duplicate replays without parsing the value. With cluster
+learning each record also names the replica that made it and carries what the other replicas
+learn from beside the record (kafka/score_headers.py).
 
 `emit` never blocks (it is called by the scoring workers): records wait in a bounded queue that a
 sender task drains. A send that fails is retried with backoff — at-least-once, since the Kafka
@@ -23,6 +25,7 @@ from ctxprec.collector.components import Deadline
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.kafka.offsets import SequenceTracker
+from ctxprec.collector.kafka.score_headers import score_headers
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Outcome
 from ctxprec.scorer.retry import Backoff
@@ -38,7 +41,10 @@ SEND_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
 
 class KafkaResultsExporter:
     def __init__(self, settings: KafkaConfig, metrics: Metrics, *, queue_size: int = 10_000,
-                 producer: AIOKafkaProducer | None = None) -> None:
+                 producer: AIOKafkaProducer | None = None, replica: str | None = None,
+                 slice_attributes: tuple[str, ...] = ()) -> None:
+        """`replica`: this replica's name in each record's headers, with what the other replicas
+        learn from (cluster learning); `slice_attributes`: the drift-slice attributes they need."""
         if not settings.results_topic:
             raise ValueError("kafka_results_topic: required for the Kafka results exporter")
         self.topic = settings.results_topic
@@ -53,6 +59,8 @@ class KafkaResultsExporter:
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._deliveries: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self.replica = replica
+        self.slice_attributes = slice_attributes
         self.sent = 0
         self.dropped = 0
 
@@ -93,7 +101,7 @@ class KafkaResultsExporter:
             return
         key = str(record.get("trace_id") or "").encode()
         value = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        headers = [("ctxprec.record_id", str(record.get("id") or "").encode())]
+        headers = self._headers(outcome, str(record.get("id") or ""))
         if self._queue.full():
             self.dropped += 1
             self.metrics.export_dropped.labels(exporter=EXPORTER, reason="queue_full").inc()
@@ -101,6 +109,19 @@ class KafkaResultsExporter:
             return
         seq = self._seq.issue()
         self._queue.put_nowait((seq, key or b"", value, headers))
+
+    def _headers(self, outcome: Outcome, record_id: str) -> list[tuple[str, bytes]]:
+        if self.replica is None:
+            return score_headers(record_id, None, (), None)
+        r = outcome.retrieval
+        slices: dict[str, Any] = {}
+        for name in self.slice_attributes:
+            value = r.attributes.get(name)
+            if value is None:
+                value = r.resource.get(name)
+            if value is not None:
+                slices[name] = value
+        return score_headers(record_id, self.replica, [len(c.content) for c in r.contexts], slices)
 
     async def flush(self) -> None:
         """Wait until every record emitted so far has been delivered."""

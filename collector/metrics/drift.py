@@ -27,6 +27,7 @@ from ctxprec.collector.components import Stateless
 from ctxprec.collector.config_types import Count, Positive, Rate, setting
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.model import PeerScore
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
@@ -128,7 +129,10 @@ DriftObserver = Callable[[str, DriftDetector], None]
 
 class DriftMonitor(Stateless):
     """One detector per (capped) service label, mirrored into the precision gauges. Each
-    observer is called with the label and its detector after every score (adaptive sampling)."""
+    observer is called with the label and its detector after every score (adaptive sampling).
+    Its own replica's scores come through `update` (the metrics sink); with cluster learning the
+    other replicas' come through `peer_score` (a `PeerScores`), so that every replica's detector
+    follows the whole service."""
 
     def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None,
                  on_alarm: Callable[[str], None] | None = None) -> None:
@@ -143,6 +147,10 @@ class DriftMonitor(Stateless):
             self._recent = Children(metrics.precision_recent)
             self._baseline = Children(metrics.precision_baseline)
             self._drift = Children(metrics.precision_drift)
+
+    def peer_score(self, score: PeerScore) -> None:
+        """A score another replica made: the same step as one of ours, under the same capped label."""
+        self.update(self.metrics.service(score.service) if self.metrics is not None else score.service, score.score)
 
     def update(self, service_label: str, score: float) -> bool:
         detector = self.detectors.get(service_label)

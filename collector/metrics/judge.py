@@ -1,5 +1,6 @@
 """The judge's `RequestObserver`: one `RequestEvent` per HTTP attempt -> the judge_* metrics
-(and, from the local judge, its fallbacks -> ctxprec_local_judge_fallback_total)."""
+(and, from the local judge, its fallbacks -> ctxprec_local_judge_fallback_total); the shared
+verdict cache's `CacheObserver`: its lookups and stores -> ctxprec_judge_shared_cache_*."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,6 +9,7 @@ from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.judge.chat import RequestEvent
+from ctxprec.scorer.judge.shared_cache import CacheEvent
 
 
 class JudgeMetricsObserver:
@@ -32,6 +34,17 @@ class JudgeMetricsObserver:
             self._cost(model).inc(event.cost_usd)
         for reason in event.local_fallbacks:
             self._fallback(reason).inc()
+
+
+class SharedCacheMetricsObserver:
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._contexts = Children(metrics.shared_cache)
+
+    def __call__(self, event: CacheEvent) -> None:
+        self._contexts(event.operation, event.outcome).inc(event.contexts)
+        if event.breaker_opened:
+            self.metrics.shared_cache_breaker.inc()
 
 
 class JudgeFailureLog:

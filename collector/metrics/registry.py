@@ -145,12 +145,31 @@ class Metrics:
         self.kafka_dead_letters = Counter(
             "ctxprec_kafka_dead_letters", "Kafka messages sent to the dead-letter topic, by reason.", ["reason"], registry=r)
         self.kafka_messages = Counter("ctxprec_kafka_messages", "Kafka messages consumed, by format.", ["format"], registry=r)
+        # Cluster learning (collector/cluster/feed.py): the other replicas' score records read back.
+        self.cluster_records = Counter(
+            "ctxprec_cluster_records", "Score records read back from the Kafka results topic, by outcome "
+            "(applied: another replica's score learned from).", ["outcome"], registry=r)
+        self.cluster_feed_delay = Gauge(
+            "ctxprec_cluster_feed_delay_seconds", "Age of the last other replica's score learned from, when it was read.",
+            registry=r)
+        self.kafka_diagnostics_publisher = Gauge(
+            "ctxprec_kafka_diagnostics_publisher", "1 while this replica publishes the Kafka diagnostics topic "
+            "for the cluster.", registry=r)
+        # The verdict cache shared by replicas (scorer/judge/shared_cache.py), per context looked up or stored.
+        self.shared_cache = Counter(
+            "ctxprec_judge_shared_cache", "Contexts looked up in (read) or stored to (write) the shared verdict "
+            "cache, by outcome.", ["operation", "outcome"], registry=r)
+        self.shared_cache_breaker = Counter(
+            "ctxprec_judge_shared_cache_breaker_opened", "Times the shared verdict cache was set aside after "
+            "failures (its store is not asked until a probe succeeds).", registry=r)
 
     def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str],
-                      fallback_reasons: Iterable[str] = ()) -> None:
+                      fallback_reasons: Iterable[str] = (), cluster_outcomes: Iterable[str] = (),
+                      shared_cache_outcomes: Iterable[tuple[str, str]] = ()) -> None:
         """Create, at 0, the series whose label values are all known at start: errors of the
         configured receivers by reason, the configured judge's requests by outcome (and its
-        latency histogram), and for the local judge its fallbacks by reason. Series labelled by
+        latency histogram), for the local judge its fallbacks by reason, with cluster learning its
+        records by outcome, with a shared verdict cache its reads and writes by outcome. Series labelled by
         service appear with their service."""
         for receiver in receivers:
             for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
@@ -160,3 +179,7 @@ class Metrics:
         self.judge_latency.labels(model=judge_model)
         for reason in fallback_reasons:
             self.local_judge_fallback.labels(reason=reason)
+        for outcome in cluster_outcomes:
+            self.cluster_records.labels(outcome=outcome)
+        for operation, outcome in shared_cache_outcomes:
+            self.shared_cache.labels(operation=operation, outcome=outcome)

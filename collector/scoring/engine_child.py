@@ -27,6 +27,7 @@ from typing import Any
 from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
 from ctxprec.scorer.engine import build_engine
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent
+from ctxprec.scorer.judge.shared_cache import CacheEvent
 
 log = logging.getLogger("ctxprec.scoring_process")
 
@@ -48,9 +49,9 @@ class EngineServer:
         self.outbox = Outbox(writer)
         self.engine: Any = None
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._events: list[RequestEvent] = []
+        self._events: list[RequestEvent | CacheEvent] = []
 
-    def _observe(self, event: RequestEvent) -> None:
+    def _observe(self, event: RequestEvent | CacheEvent) -> None:
         if not self._events:
             asyncio.get_running_loop().call_soon(self._send_events)
         self._events.append(event)
@@ -66,7 +67,8 @@ class EngineServer:
             raise FrameError("the first frame must be ('init', settings)")
         settings: dict[str, Any] = init[0][1]
         try:
-            self.engine = build_engine(settings["judge"], scale=settings["scale"], observer=self._observe)
+            self.engine = build_engine(settings["judge"], scale=settings["scale"], observer=self._observe,
+                                       cache_observer=self._observe)
             await self.engine.warm_up()
         except Exception as exc:  # a bad judge configuration: the parent reports it
             self.outbox.put(("init_failed", f"{type(exc).__name__}: {exc}"))

@@ -7,8 +7,8 @@ another core; the sidecar only pickles the sample and unpickles the result.
 
 `score`, `warm_up`, `aclose` and the identity attributes (`model`, `prompt_version`,
 `annotator_kind`, `fingerprint`, `scale`) are those of `ctxprec.scorer.engine.ContextPrecisionEngine`,
-so `ScoringWorkers` and the exporters cannot tell the difference. Judge request events come back
-over the pipe and reach the same observer (the judge_* metrics). Input errors are raised here,
+so `ScoringWorkers` and the exporters cannot tell the difference. Judge request events (and the
+shared verdict cache's) come back over the pipe and reach the same observers (the judge_* metrics). Input errors are raised here,
 before anything crosses the pipe.
 
 The child is started by `warm_up` (or the first score). If it dies, the scores it held fail
@@ -34,6 +34,7 @@ from ctxprec.collector.scoring.frames import FrameError, Outbox, read_frame
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import check_inputs, engine_identity
 from ctxprec.scorer.judge.chat import JudgeError, RequestObserver
+from ctxprec.scorer.judge.shared_cache import CacheEvent, CacheObserver
 from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class _Child:
 
 class ProcessEngine:
     def __init__(self, config: JudgeConfig, *, scale: float = 1, observer: RequestObserver | None = None,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", cache_observer: CacheObserver | None = None) -> None:
         identity = engine_identity(config, scale=scale)
         self.model = identity.model
         self.prompt_version = identity.prompt_version
@@ -66,6 +67,7 @@ class ProcessEngine:
         self.scale = identity.scale
         self.config = config
         self.observer = observer
+        self.cache_observer = cache_observer
         self.log_level = log_level
         self._spawned = 0
         self._child: _Child | None = None  # None: no live scoring process
@@ -233,9 +235,11 @@ class ProcessEngine:
                 if future is not None and not future.done():
                     future.set_exception(_rebuild_error(message[2], message[3], message[4]))
             elif op == "events":
-                if self.observer is not None:
-                    for event in message[1]:
-                        self.observer(event)
+                for event in message[1]:
+                    # The child's judge requests and shared-cache lookups share one stream.
+                    observer = self.cache_observer if isinstance(event, CacheEvent) else self.observer
+                    if observer is not None:
+                        observer(event)
             else:
                 log.error("scoring process: unknown message %r ignored", op)
 

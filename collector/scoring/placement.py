@@ -17,6 +17,7 @@ from ctxprec.collector.scoring.engine_process import ProcessEngine
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.engine import build_engine
 from ctxprec.scorer.judge.chat import RequestObserver
+from ctxprec.scorer.judge.shared_cache import CacheObserver
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +61,12 @@ def use_scoring_process(placement: Placement, *, cpus: float | None = None) -> b
     return placement.reads_kafka and (usable_cpus() if cpus is None else cpus) >= 2
 
 
-def make_engine(placement: Placement, observer: RequestObserver) -> Any:
+def make_engine(placement: Placement, observer: RequestObserver, cache_observer: CacheObserver | None = None) -> Any:
     """The scoring engine for `ScoringWorkers`, in or out of process."""
     if use_scoring_process(placement):
         return ProcessEngine(placement.judge, scale=placement.scale, observer=observer,
-                             log_level=placement.log_level)
-    return build_engine(placement.judge, scale=placement.scale, observer=observer)
+                             log_level=placement.log_level, cache_observer=cache_observer)
+    return build_engine(placement.judge, scale=placement.scale, observer=observer, cache_observer=cache_observer)
 
 
 class EngineStage:

@@ -22,6 +22,7 @@ from typing import Sequence
 from ctxprec.scorer.config import JudgeConfig
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
 from ctxprec.scorer.judge.cache import CachedVerdict, VerdictCache, verdict_keys
+from ctxprec.scorer.judge.shared_cache import SharedVerdictCache
 from ctxprec.scorer.judge.chat import ChatClient, ChatResponse, JudgeBadResponse, JudgeError, ChatMessage
 from ctxprec.scorer.judge.prompt import (
     PROMPT_VERSION,
@@ -49,11 +50,14 @@ class LLMJudge:
     annotator_kind = "LLM"
     prompt_version = PROMPT_VERSION
 
-    def __init__(self, client: ChatClient, config: JudgeConfig, *, cache: VerdictCache | None = None) -> None:
+    def __init__(self, client: ChatClient, config: JudgeConfig, *, cache: VerdictCache | None = None,
+                 shared: SharedVerdictCache | None = None) -> None:
+        """`shared`: the verdict cache shared by replicas, asked for what the local one misses."""
         self.client = client
         self.config = config
         self.model = config.model
         self.cache = cache if cache is not None else VerdictCache(config.cache_size)
+        self.shared = shared
 
     async def judge(
         self, query: str, contexts: Sequence[str], *, reference_kind: ReferenceKind, reference: str
@@ -69,6 +73,8 @@ class LLMJudge:
                 to_send.append((index, text))
             else:
                 found[index] = Verdict(index, hit.relevant, hit.reason, cached=True)
+        if to_send and self.shared is not None:
+            to_send = await self._ask_shared(to_send, keys, found)
         usage.cached_contexts = len(found)
 
         batches = _split(to_send, self.config.max_contexts_per_call)
@@ -90,11 +96,34 @@ class LLMJudge:
         except JudgeError as exc:
             exc.usage = usage  # what the sample cost before it failed
             raise
+        judged: list[tuple[bytes, CachedVerdict]] = []
         for parsed in results:
             for index, verdict in parsed.items():
                 found[index] = Verdict(index, verdict.relevant, verdict.reason)
-                self.cache.put(keys[index], CachedVerdict(verdict.relevant, verdict.reason))
+                cached = CachedVerdict(verdict.relevant, verdict.reason)
+                self.cache.put(keys[index], cached)
+                judged.append((keys[index], cached))
+        if self.shared is not None:
+            self.shared.put_many(judged)
         return JudgeOutcome([found[i] for i in range(len(texts))], usage, truncated)
+
+    async def _ask_shared(self, to_send: list[tuple[int, str]], keys: list[bytes],
+                          found: dict[int, Verdict]) -> list[tuple[int, str]]:
+        """What the shared cache knows of the contexts the local one missed goes into `found` (and
+        the local cache); the rest is still to be judged."""
+        assert self.shared is not None
+        hits = await self.shared.get_many([keys[index] for index, _ in to_send])
+        if not hits:
+            return to_send
+        remaining = []
+        for position, (index, text) in enumerate(to_send):
+            hit = hits.get(position)
+            if hit is None:
+                remaining.append((index, text))
+                continue
+            found[index] = Verdict(index, hit.relevant, hit.reason, cached=True)
+            self.cache.put(keys[index], hit)
+        return remaining
 
     async def _judge_batch(
         self,
@@ -210,7 +239,11 @@ class LLMJudge:
             await warm()
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        try:
+            await self.client.aclose()
+        finally:
+            if self.shared is not None:
+                await self.shared.aclose()
 
 
 class ReasonUnavailable(Exception):

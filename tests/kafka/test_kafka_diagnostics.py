@@ -34,7 +34,9 @@ async def test_summaries_go_to_their_own_topic(broker: Broker, unique_topic: str
     flags = kafka_flags(broker.bootstrap, topic, results, stub_judge.url, fmt="rag_event", group=f"g-{unique_topic}",
                         extra=["--kafka-diagnostics-topic", diagnostics, "--kafka-diagnostics-interval-s", "0.5"])
     async with running(flags) as pipeline:
-        assert f"output: noisy-document summaries to Kafka topic {diagnostics} every 0.5s" in describe(pipeline)
+        # Alone in its group it owns partition 0, so it is the replica that publishes for the cluster.
+        assert (f"output: noisy-document summaries to Kafka topic {diagnostics} every 0.5s (by the replica owning "
+                "partition 0)") in describe(pipeline)
         await produce(broker.bootstrap, topic, [(None, _event(i)) for i in range(EVENTS)])
         scored = await read_all(broker.bootstrap, results, expect=EVENTS)
         # Written periodically while serving: a round taken after every event was scored.

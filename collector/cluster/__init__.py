@@ -1,0 +1,1 @@
+"""Cluster learning: every replica learns from the scores of all replicas (docs/KAFKA.md)."""

@@ -99,7 +99,7 @@ def candidates(row: Documented, paths: dict[str, str]) -> list[Any]:
     if "file" in name or name in ("tls_cert", "tls_key", "tls_client_ca", "ssl_cafile", "ssl_certfile"):
         return [paths["token"] if "token" in name else paths["cert.pem"]]
     return ["0.25", "0.5", "7", "4096", "20000", "1.5,6", "true", "false", "off", "127.0.0.1:9", "http://127.0.0.1:9",
-            "phoenix=http://127.0.0.1:9", "X-Test=1", "127.0.0.1:9092", "some-value"]
+            "phoenix=http://127.0.0.1:9", "X-Test=1", "127.0.0.1:9092", "redis://127.0.0.1:9/0", "some-value"]
 
 
 def load(tmp_path: Path, file: dict[str, Any], flags: list[str], env: dict[str, str]) -> Any:

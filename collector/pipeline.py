@@ -35,7 +35,7 @@ from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.cluster.records import OUTCOMES as CLUSTER_OUTCOMES
 from ctxprec.collector.failure_log import FailureLog
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.score_headers import new_replica_id
 from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.metrics.children import Children
@@ -305,33 +305,36 @@ class Pipeline:
         learning = self.config.cluster.enabled(kafka_input=kafka.enabled, results_topic=kafka.results_topic)
         if not kafka.enabled:
             return
-        kafka = kafka.with_queue_size(self.config.scoring.queue_size)
         from ctxprec.collector.receivers.kafka import KafkaReceiver
 
         graph = self.graph
         self.replica = new_replica_id() if learning else None
-        if kafka.results_topic:
+        results_topic = kafka.results()
+        if results_topic is not None:
             from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
 
             diagnostics = self.config.diagnostics
             self.kafka_results = KafkaResultsExporter(
-                kafka, self.metrics, replica=self.replica,
+                results_topic, self.metrics, replica=self.replica,
                 slice_attributes=diagnostics.slice_attributes if diagnostics.enabled else ())
             self._add_exporter("kafka_results", self.kafka_results, grace_s=KAFKA_RESULTS_GRACE_S)
-        if kafka.diagnostics_topic:
+        diagnostics_topic = kafka.diagnostics()
+        if diagnostics_topic is not None:
             if self.diagnostics is None:
                 raise ValueError("kafka.diagnostics_topic needs the diagnostics on (--diagnostics on)")
             from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
 
             sink = self.diagnostics
-            self.kafka_diagnostics = KafkaDiagnosticsExporter(kafka, lambda: sink.documents_json({}).body,
-                                                              self.metrics)
+            self.kafka_diagnostics = KafkaDiagnosticsExporter(
+                diagnostics_topic, lambda: sink.documents_json({}).body, self.metrics,
+                interval_s=kafka.diagnostics_interval_s)
             # After scoring finished: its last round counts every score.
             graph.add("kafka_diagnostics", self.kafka_diagnostics, grace_s=EXPORTER_GRACE_S)
             graph.connect("diagnostics", "kafka_diagnostics", "noisy-document summaries")
         # rag_event: retrievals straight to the gate, whose sampler the byte peek asks.
         rag_event = kafka.format == "rag_event"
-        receiver = self.kafka_receiver = KafkaReceiver(kafka, sink=self.gate, metrics=self.metrics,
+        settings = kafka.receiver(self.config.scoring.queue_size)
+        receiver = self.kafka_receiver = KafkaReceiver(settings, sink=self.gate, metrics=self.metrics,
                                                        ingest=None if rag_event else self.ingest,
                                                        sampler=self.sampler)
 
@@ -345,10 +348,10 @@ class Pipeline:
         if results is not None:
             graph.link("kafka_results", "kafka", "score records are flushed before each commit",
                        wire=lambda: receiver.commit_after(results.flush))
-        if learning:
-            self._add_cluster_feed(kafka, receiver)
+        if learning and results_topic is not None:
+            self._add_cluster_feed(results_topic, receiver)
 
-    def _add_cluster_feed(self, kafka: KafkaConfig, receiver: KafkaReceiver) -> None:
+    def _add_cluster_feed(self, results_topic: KafkaTopic, receiver: KafkaReceiver) -> None:
         """Cluster learning: the other replicas' scores, read back from the results topic, feed this
         replica's drift monitor (hence its adaptive sampling) and diagnostics; one replica, the
         owner of the input topic's partition 0, publishes the Kafka diagnostics for the cluster."""
@@ -358,7 +361,7 @@ class Pipeline:
         assert self.replica is not None
         graph = self.graph
         feed = self.cluster_feed = ClusterFeed(
-            kafka, replica=self.replica, model=self.identity.model, prompt_version=self.identity.prompt_version,
+            results_topic, replica=self.replica, model=self.identity.model, prompt_version=self.identity.prompt_version,
             metrics=self.metrics, max_lag_records=self.config.cluster.max_lag_records)
         graph.add("cluster_feed", feed)
         graph.connect("cluster_feed", "drift", "PeerScores")
@@ -368,7 +371,7 @@ class Pipeline:
             feed.sinks.append(self.diagnostics)
         exporter = self.kafka_diagnostics
         if exporter is not None:
-            first = TopicPartition(kafka.topic or "", 0)
+            first = TopicPartition(receiver.settings.topic, 0)
 
             def publish_once() -> None:
                 exporter.publishing = lambda: first in receiver.assignment

@@ -31,7 +31,7 @@ from aiokafka.errors import KafkaError
 from ctxprec.collector.cluster.records import Malformed, NotEvaluated, OtherScorer, peer_score
 from ctxprec.collector.components import Deadline, PeerScores
 from ctxprec.collector.failure_log import FailureLog
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import until_connected
 from ctxprec.collector.kafka.score_headers import RECORD_ID, read_headers
 from ctxprec.collector.metrics.children import Children
@@ -50,15 +50,13 @@ READ_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 
 
 class ClusterFeed:
-    def __init__(self, settings: KafkaConfig, *, replica: str, model: str, prompt_version: str, metrics: Metrics,
+    def __init__(self, settings: KafkaTopic, *, replica: str, model: str, prompt_version: str, metrics: Metrics,
                  max_lag_records: int = 10_000, sinks: Sequence[PeerScores] = ()) -> None:
         """`replica`: this replica's name in the records' headers; `model`, `prompt_version`: the
         scorer whose scores it learns from; `sinks`: where the other replicas' scores go (wired by
         the pipeline)."""
-        if not settings.results_topic:
-            raise ValueError("the cluster feed reads kafka.results_topic, which is not set")
         self.settings = settings
-        self.topic = settings.results_topic
+        self.topic = settings.topic
         self.replica = replica
         self.model = model
         self.prompt_version = prompt_version
@@ -100,15 +98,13 @@ class ClusterFeed:
     # -- reading --
 
     async def _main(self) -> None:
-        await until_connected(self._connect, self.settings, "cluster feed")
+        await until_connected(self._connect, self.settings.connection, "cluster feed")
         await self._run()
 
     async def _connect(self) -> None:
-        s = self.settings
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-cluster", group_id=None,
-            enable_auto_commit=False, fetch_max_wait_ms=100, max_partition_fetch_bytes=1024 * 1024,
-            fetch_max_bytes=8 * 1024 * 1024, **s.security.client_options())
+            group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100, max_partition_fetch_bytes=1024 * 1024,
+            fetch_max_bytes=8 * 1024 * 1024, **self.settings.connection.client_options("cluster"))
         try:
             await consumer.start()
         except KafkaError:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from ctxprec.collector.components import Deadline
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.metrics.registry import Metrics
 
@@ -44,14 +44,13 @@ Summaries = Callable[[], dict[str, Any]]
 
 
 class KafkaDiagnosticsExporter:
-    def __init__(self, settings: KafkaConfig, summaries: Summaries, metrics: Metrics, *,
+    def __init__(self, settings: KafkaTopic, summaries: Summaries, metrics: Metrics, *, interval_s: float,
                  producer: AIOKafkaProducer | None = None, publishing: Callable[[], bool] | None = None) -> None:
-        """`publishing`: whether this replica writes the rounds now (None: always)."""
-        if not settings.diagnostics_topic:
-            raise ValueError("kafka_diagnostics_topic: required for the Kafka diagnostics exporter")
-        self.topic = settings.diagnostics_topic
+        """A round of summaries every `interval_s`; `publishing`: whether this replica writes the
+        rounds now (None: always)."""
+        self.topic = settings.topic
         self.settings = settings
-        self.interval_s = settings.diagnostics_interval_s
+        self.interval_s = interval_s
         self._summaries = summaries
         self.metrics = metrics
         self._producer = producer
@@ -92,7 +91,7 @@ class KafkaDiagnosticsExporter:
 
     async def _connect(self) -> None:
         if self._producer is None:
-            self._producer = await start_producer(self.settings, "diagnostics", "kafka diagnostics")
+            self._producer = await start_producer(self.settings.connection, "diagnostics", "kafka diagnostics")
 
     def messages(self) -> list[tuple[bytes, bytes]]:
         """(key, value) of each pair's summary as of now."""

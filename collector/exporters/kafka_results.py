@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from ctxprec.collector.components import Deadline
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.kafka.offsets import SequenceTracker
 from ctxprec.collector.kafka.score_headers import score_headers
@@ -40,14 +40,12 @@ SEND_BACKOFF = Backoff(base_s=0.2, cap_s=5.0)
 
 
 class KafkaResultsExporter:
-    def __init__(self, settings: KafkaConfig, metrics: Metrics, *, queue_size: int = 10_000,
+    def __init__(self, settings: KafkaTopic, metrics: Metrics, *, queue_size: int = 10_000,
                  producer: AIOKafkaProducer | None = None, replica: str | None = None,
                  slice_attributes: tuple[str, ...] = ()) -> None:
         """`replica`: this replica's name in each record's headers, with what the other replicas
         learn from (cluster learning); `slice_attributes`: the drift-slice attributes they need."""
-        if not settings.results_topic:
-            raise ValueError("kafka_results_topic: required for the Kafka results exporter")
-        self.topic = settings.results_topic
+        self.topic = settings.topic
         self.settings = settings
         self.metrics = metrics
         self._producer = producer
@@ -69,7 +67,7 @@ class KafkaResultsExporter:
         self._sender = asyncio.create_task(self._run(), name="kafka-results")
 
     async def _connect(self) -> None:
-        self._producer = await start_producer(self.settings, "results", "kafka results")
+        self._producer = await start_producer(self.settings.connection, "results", "kafka results")
 
     async def finish(self, deadline: Deadline) -> None:
         """Deliver what is queued, until `deadline`."""

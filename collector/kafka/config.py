@@ -1,7 +1,10 @@
-"""Kafka settings (YAML section `kafka`): the topic read, its format, the consumer group, the
-results and dead-letter topics, and how to connect. What the receiver, the dead-letter producer
-and the results producer need, validated up front so that a bad value is refused at start with a
-message that names the key. Kafka is on when `bootstrap` is set."""
+"""Kafka settings: the YAML section `kafka` as users write it (`KafkaConfig`: the topic read, its
+format, the consumer group, the results, diagnostics and dead-letter topics, how to connect),
+validated up front so that a bad value is refused at start with a message that names the key;
+and what each Kafka component is built with (`KafkaReceiverSettings` for the receiver and its
+dead letters, `KafkaTopic` for the producers and the cluster feed), each sharing one
+`KafkaConnection` block, as the OpenTelemetry Collector's components share their TLS block.
+Kafka is on when `bootstrap` is set."""
 from __future__ import annotations
 
 import ssl
@@ -59,6 +62,53 @@ class KafkaSecurity:
         if self.certfile:
             context.load_cert_chain(self.certfile, self.keyfile)
         return context
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConnection:
+    """How every Kafka component reaches the brokers."""
+
+    bootstrap_servers: tuple[str, ...]
+    client_id: str
+    security: KafkaSecurity
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.bootstrap_servers)
+
+    def client_options(self, role: str | None = None) -> dict[str, Any]:
+        """aiokafka's connection keywords; `role` tells this component's client id apart."""
+        return {"bootstrap_servers": list(self.bootstrap_servers),
+                "client_id": f"{self.client_id}-{role}" if role else self.client_id,
+                **self.security.client_options()}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTopic:
+    """One topic that a component writes or reads on its own (the results and diagnostics
+    producers, the cluster feed)."""
+
+    connection: KafkaConnection
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaReceiverSettings:
+    """The receiver: its topic and group, back-pressure, commits and dead letters."""
+
+    connection: KafkaConnection
+    topic: str
+    format: str
+    group: str
+    dead_letter_topic: str | None
+    max_undone_per_partition: int
+    max_undone_total: int
+    max_message_bytes: int
+    commit_interval_s: float
+    shutdown_drain_s: float
+    auto_offset_reset: str
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
 
 
 class KafkaConfig(BaseModel):
@@ -133,13 +183,27 @@ class KafkaConfig(BaseModel):
                              certfile=self.ssl_certfile, keyfile=self.ssl_keyfile,
                              check_hostname=self.ssl_check_hostname)
 
-    def with_queue_size(self, queue_size: int) -> "KafkaConfig":
-        """These settings with `max_undone_total` derived from the scoring queue when not given:
-        half of it, since undone messages sit in that queue (a rag_event is one retrieval) and
-        OTLP receivers may share it."""
-        if self.max_undone_total is not None:
-            return self
-        return self.model_copy(update={"max_undone_total": max(1, queue_size // 2)})
+    def connection(self) -> KafkaConnection:
+        return KafkaConnection(tuple(self.bootstrap_servers), self.client_id or "ctxprec", self.security)
+
+    def receiver(self, queue_size: int) -> KafkaReceiverSettings:
+        """The receiver's settings. `max_undone_total`, when not given, is half of the scoring
+        queue (`queue_size`): undone messages sit in that queue (a rag_event is one retrieval)
+        and OTLP receivers may share it."""
+        assert self.topic and self.group, "validated: a Kafka input has a topic and a group"
+        return KafkaReceiverSettings(
+            connection=self.connection(), topic=self.topic, format=self.format, group=self.group,
+            dead_letter_topic=self.dead_letter_topic, max_undone_per_partition=self.max_undone_per_partition,
+            max_undone_total=self.max_undone_total or max(1, queue_size // 2),
+            max_message_bytes=self.max_message_bytes, commit_interval_s=self.commit_interval_s,
+            shutdown_drain_s=self.shutdown_drain_s, auto_offset_reset=self.auto_offset_reset,
+            session_timeout_ms=self.session_timeout_ms, heartbeat_interval_ms=self.heartbeat_interval_ms)
+
+    def results(self) -> KafkaTopic | None:
+        return KafkaTopic(self.connection(), self.results_topic) if self.results_topic else None
+
+    def diagnostics(self) -> KafkaTopic | None:
+        return KafkaTopic(self.connection(), self.diagnostics_topic) if self.diagnostics_topic else None
 
     @model_validator(mode="after")
     def _consistent(self) -> "KafkaConfig":

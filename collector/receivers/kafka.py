@@ -48,7 +48,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, KafkaError
 from ctxprec.collector.components import Deadline, RetrievalSink, TraceConsumer
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaReceiverSettings
 from ctxprec.collector.kafka.connect import until_connected
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
@@ -83,21 +83,18 @@ READ_BACKOFF = Backoff(base_s=0.1, cap_s=5.0)
 MAX_RECORDS_PER_FETCH = 100_000
 HAND_OVER_SLICE = 500
 LAG_INTERVAL_S = 0.5
-STANDALONE_QUEUE_SIZE = 1000  # `--queue-size`'s default
 
 
 class KafkaReceiver:
-    def __init__(self, settings: KafkaConfig, *, sink: RetrievalSink, metrics: Metrics,
+    def __init__(self, settings: KafkaReceiverSettings, *, sink: RetrievalSink, metrics: Metrics,
                  ingest: TraceConsumer | None = None, sampler: TraceSampler | None = None) -> None:
         """`sink` takes rag_event retrievals (and the counts of those the head sampling drops),
         `ingest` OTLP requests; `sampler` (the gate's) lets the byte peek find what head sampling
         drops."""
         if settings.format != "rag_event" and ingest is None:
             raise ValueError(f"kafka format {settings.format} needs the OTLP ingest stage")
-        if settings.max_undone_total is None:  # used on its own: the pipeline derives it from --queue-size
-            settings = settings.with_queue_size(STANDALONE_QUEUE_SIZE)
         self.settings = settings
-        self._total_cap: int = settings.max_undone_total or 1
+        self._total_cap = settings.max_undone_total
         self.sink = sink
         self.ingest = ingest
         self.metrics = metrics
@@ -140,7 +137,8 @@ class KafkaReceiver:
         """Connects in the background: a broker that is not up yet (a common start-up order in
         Kubernetes) is retried with backoff and shows as not ready, not as a failed start."""
         s = self.settings
-        log.info("kafka receiver for %s (format %s, group %s) at %s", s.topic, s.format, s.group, s.bootstrap)
+        log.info("kafka receiver for %s (format %s, group %s) at %s", s.topic, s.format, s.group,
+                 s.connection.bootstrap)
         self._task = asyncio.create_task(self._main(), name="kafka-receiver")
 
     async def _main(self) -> None:
@@ -148,7 +146,7 @@ class KafkaReceiver:
             if not self._stopping:
                 await self._connect()
 
-        await until_connected(connect, self.settings, "kafka receiver")
+        await until_connected(connect, self.settings.connection, "kafka receiver")
         if not self._stopping:
             assert self._consumer is not None
             self.commits.run(self._consumer)
@@ -156,7 +154,7 @@ class KafkaReceiver:
 
     async def _connect(self) -> None:
         s = self.settings
-        common = dict(bootstrap_servers=s.bootstrap_servers, client_id=s.client_id, **s.security.client_options())
+        common = s.connection.client_options()
         consumer = AIOKafkaConsumer(
             group_id=s.group, enable_auto_commit=False, auto_offset_reset=s.auto_offset_reset,
             session_timeout_ms=s.session_timeout_ms, heartbeat_interval_ms=s.heartbeat_interval_ms,
@@ -186,7 +184,7 @@ class KafkaReceiver:
             raise
         self._consumer, self._producer = consumer, producer
         self._dead_letters = DeadLetters(DeadLetterWriter(producer, dlq_topic, self.metrics))
-        log.info("kafka receiver connected to %s", s.bootstrap)
+        log.info("kafka receiver connected to %s", s.connection.bootstrap)
 
     async def finish(self, deadline: Deadline) -> None:
         """Hand nothing more to the pipeline, and let dead letters being written finish. Periodic

@@ -22,7 +22,7 @@ from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.kafka.config import KafkaReceiverSettings
 from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import PendingAck
@@ -44,7 +44,7 @@ class Partition:
 
 
 class CommitPoint:
-    def __init__(self, settings: KafkaConfig, metrics: Metrics, *, barrier: Barrier | None = None,
+    def __init__(self, settings: KafkaReceiverSettings, metrics: Metrics, *, barrier: Barrier | None = None,
                  on_done: Callable[[Partition], None] | None = None) -> None:
         self.settings = settings
         self.metrics = metrics

@@ -78,7 +78,7 @@ async def test_bounded_undone_commit_below_lowest_and_resume(broker: Broker, uni
 
     sink, metrics = HeldSink(), Metrics()
     settings = KafkaConfig(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
-                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="")
+                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="").receiver(1000)
     receiver = KafkaReceiver(settings, sink=sink, metrics=metrics)
     await receiver.start()
     try:
@@ -160,7 +160,7 @@ async def test_back_pressure_inside_a_large_batch_hands_each_kept_event_over_onc
 
     sink = CountingSink()
     settings = KafkaConfig(bootstrap=broker.bootstrap, topic=topic, format="rag_event", group=group,
-                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="")
+                             max_undone_per_partition=MAX_UNDONE, commit_interval_s=0.2, dlq_topic="").receiver(1000)
     receiver = KafkaReceiver(settings, sink=sink, metrics=Metrics(), sampler=sampler)
     await receiver.start()
 

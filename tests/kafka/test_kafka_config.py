@@ -33,6 +33,21 @@ def test_defaults_and_dead_letter_topic() -> None:
     assert s.security.client_options() == {"security_protocol": "PLAINTEXT"}
 
 
+def test_each_component_gets_its_own_settings_over_one_connection() -> None:
+    s = kafka(bootstrap="a:9092", topic="spans", results_topic="scores", diagnostics_topic="diag", client_id="cx")
+    receiver = s.receiver(queue_size=1000)
+    assert (receiver.topic, receiver.group, receiver.dead_letter_topic) == ("spans", "ctxprec", "spans.dlq")
+    assert receiver.max_undone_total == 500  # half the scoring queue when not given
+    assert kafka(bootstrap="a:1", topic="t", max_undone_total="7").receiver(1000).max_undone_total == 7
+    results, diagnostics = s.results(), s.diagnostics()
+    assert results is not None and diagnostics is not None
+    assert (results.topic, diagnostics.topic) == ("scores", "diag")
+    assert results.connection == diagnostics.connection == receiver.connection
+    assert receiver.connection.client_options("results") == {
+        "bootstrap_servers": ["a:9092"], "client_id": "cx-results", "security_protocol": "PLAINTEXT"}
+    assert kafka(bootstrap="a:1", topic="t").results() is None
+
+
 @pytest.mark.parametrize("values, key", [
     ({"topic": "t"}, "kafka.bootstrap"),
     ({"bootstrap": "a:1"}, "kafka.topic"),

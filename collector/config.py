@@ -34,10 +34,10 @@ from ctxprec.collector.diagnostics.config import DiagnosticsConfig
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.metrics.config import MetricsConfig
-from ctxprec.collector.metrics.drift import DriftSettings
+from ctxprec.collector.metrics.drift import DriftConfig
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.sampling.config import SamplingConfig
-from ctxprec.collector.scoring.config import JudgeSettings, ScoringConfig
+from ctxprec.collector.scoring.config import ServeJudgeConfig, ScoringConfig
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
@@ -64,12 +64,12 @@ class ServeConfig(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="the metrics endpoint")
     export: ExportConfig = Field(default_factory=ExportConfig,
                                 description="results written back over OTLP and into result sinks")
-    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="the judge")
+    judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="the judge")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="sampling and budgets")
     scoring: ScoringConfig = Field(default_factory=ScoringConfig, description="scoring workers")
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig, description="trace assembly")
     conventions: ConventionConfig = Field(default_factory=ConventionConfig, description="reading retrievals from spans")
-    drift: DriftSettings = Field(default_factory=DriftSettings, description="the drift detector")
+    drift: DriftConfig = Field(default_factory=DriftConfig, description="the drift detector")
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka input and results")
     diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig,
                                            description="noisy documents, the right top-k, drift slices")

@@ -40,7 +40,7 @@ def _above_zero(value: float) -> float:
 FractionAboveZero = Annotated[Rate, AfterValidator(_above_zero)]
 
 
-class DriftSettings(BaseModel):
+class DriftConfig(BaseModel):
     """The drift detector (YAML section `drift`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
@@ -56,8 +56,8 @@ class DriftSettings(BaseModel):
 
 
 class DriftDetector:
-    def __init__(self, settings: DriftSettings | None = None) -> None:
-        self.settings = settings or DriftSettings()
+    def __init__(self, settings: DriftConfig | None = None) -> None:
+        self.settings = settings or DriftConfig()
         self.count = 0
         self.baseline = 0.0
         self.variance = 0.0
@@ -134,10 +134,10 @@ class DriftMonitor(Stateless):
     other replicas' come through `peer_score` (a `PeerScores`), so that every replica's detector
     follows the whole service."""
 
-    def __init__(self, metrics: Metrics | None, settings: DriftSettings | None = None,
+    def __init__(self, metrics: Metrics | None, settings: DriftConfig | None = None,
                  on_alarm: Callable[[str], None] | None = None) -> None:
         self.metrics = metrics
-        self.settings = settings or DriftSettings()
+        self.settings = settings or DriftConfig()
         self.detectors: dict[str, DriftDetector] = {}
         self.observers: list[DriftObserver] = []
         # Called with the service label when its alarm rises (not on every alarmed score): the

@@ -73,4 +73,4 @@ for _declared in judge_settings():
         _FIELDS["scale"] = (NonNegative, setting(1.0, "scores are multiplied by this", flag="--scale"))
 # The `judge` YAML section: every knob of the library's JudgeConfig, with the same parsers, plus
 # the score scale.
-JudgeSettings = create_model("JudgeSettings", __base__=_JudgeSection, **_FIELDS)
+ServeJudgeConfig = create_model("ServeJudgeConfig", __base__=_JudgeSection, **_FIELDS)

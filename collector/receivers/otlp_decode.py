@@ -101,6 +101,9 @@ def _decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     except ProtobufDecodeError as exc:
         raise DecodeError(f"body is not a valid protobuf ExportTraceServiceRequest ({exc}); "
                           f"truncated or not protobuf?", 400) from None
+    except Exception as exc:  # noqa: BLE001 - whatever the parser raises, the body is what is wrong
+        raise DecodeError(f"body is not a valid protobuf ExportTraceServiceRequest "
+                          f"({type(exc).__name__}: {str(exc)[:200]})", 400) from None
     return request
 
 
@@ -113,6 +116,10 @@ def _decode_json(body: bytes) -> ExportTraceServiceRequest:
         raise DecodeError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", 400) from None
     except RecursionError:
         raise DecodeError("JSON body is nested too deeply", 400) from None
+    except ValueError as exc:
+        # Python's own limits while reading a number: an integer of more than 4,300 digits
+        # ("Exceeds the limit (4300 digits) for integer string conversion").
+        raise DecodeError(f"body is not valid JSON: {str(exc)[:200]}", 400) from None
     if not isinstance(document, dict):
         raise DecodeError(f"OTLP/JSON body must be an object, got {type(document).__name__}", 400)
     _rewrite_ids(document)
@@ -124,7 +131,9 @@ def _decode_json(body: bytes) -> ExportTraceServiceRequest:
     except RecursionError:
         raise DecodeError("OTLP/JSON body is nested too deeply", 400) from None
     except (TypeError, ValueError, AttributeError) as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc}", 400) from None
+        raise DecodeError(f"invalid OTLP/JSON: {str(exc)[:300]}", 400) from None
+    except Exception as exc:  # noqa: BLE001 - whatever the converter raises, the document is what is wrong
+        raise DecodeError(f"invalid OTLP/JSON ({type(exc).__name__}: {str(exc)[:200]})", 400) from None
     return request
 
 

@@ -15,6 +15,7 @@ it was sending without logging, so the owner can turn the signal off with one me
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections import deque
@@ -32,6 +33,7 @@ from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.scorer.http_body import BodyTooLarge, read_body
 from ctxprec.scorer.retry import Backoff, parse_retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
@@ -49,6 +51,7 @@ _SIGNALS = {
     LOGS: ("/v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export", ExportLogsServiceResponse),
 }
 _UNSUPPORTED_HTTP = frozenset({404, 405, 415})
+_MAX_ANSWER_BYTES = 64 * 1024  # an export answer is a few bytes (a partial-success message at most)
 _RETRY_HTTP = frozenset({429, 502, 503, 504})
 _RETRY_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
@@ -164,7 +167,10 @@ class _HttpTransport:
         body: Any = parts[0] if len(parts) == 1 else _PartsPayload(parts)
         try:
             async with self._session.post(self.url, data=body, headers=self.headers) as response:
-                await response.read()
+                # The answer (an ExportTraceServiceResponse) is not used: read up to a bound so
+                # that the connection is reused, never more.
+                with contextlib.suppress(BodyTooLarge):
+                    await read_body(response, _MAX_ANSWER_BYTES)
                 if response.status < 300:
                     return
                 if response.status in _RETRY_HTTP:

@@ -6,11 +6,12 @@ few hundred slow or idle clients could hold every file descriptor (and /healthz 
 HTTP listener therefore serves through a `ListenerGuard` (settings: listener_limits.py):
 
 - its protocol factory wraps aiohttp's, one `_Connection` per client: with `max_connections`
-  open, a new one closes the oldest that is not in a request (idle, or still sending headers),
-  or is itself closed at once when every one is in a request (`too_many`), so a flood of idle
-  connections cannot keep a probe out; a request's headers must be in within `header_timeout_s`
-  of its first byte (`timeout`); a connection with no request is closed after `idle_timeout_s`,
-  or `header_timeout_s` when it never sent anything (`idle`);
+  open, a new one closes the one longest without a request that is not in one now (idle, or
+  still sending headers), or is itself closed at once when every one is in a request
+  (`too_many`), so a flood of idle connections keeps neither a probe nor a busy client out;
+  a request's headers must be in within `header_timeout_s` of its first byte (`timeout`); a
+  connection with no request is closed after `idle_timeout_s`, or `header_timeout_s` when it
+  never sent anything (`idle`);
 - its middleware stops the header clock once aiohttp has the headers and starts the idle clock
   when the handler is done; a Content-Length over the listener's body limit gets 413 before a
   byte of the body is read (`too_large`);
@@ -149,7 +150,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
         if len(guard._open) >= guard.limits.max_connections:
-            # The oldest connection not in a request makes room (dicts keep insertion order).
+            # The connection longest without a request makes room (in order of last request).
             spare = next((c for c in guard._open.values() if c._timer is not None), None)
             guard.refused("too_many", f"{guard.limits.max_connections} connections open")
             if spare is None:
@@ -201,6 +202,9 @@ class _Connection(asyncio.Protocol):
             return
         self._waiting = True
         self._arm(self._guard.limits.idle_timeout_s)
+        # Last in line to make room: the open connections stay in order of their last request.
+        open_ = self._guard._open
+        open_[self._transport] = open_.pop(self._transport, self)  # type: ignore[index,arg-type]
 
     # -- the clock --
 

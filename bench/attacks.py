@@ -28,6 +28,7 @@ and the end, /healthz p99 and max.
 
     .venv/bin/python -m bench.attacks [--quick] [--outage-s 60] [--baseline-ref main | --no-baseline]
     .venv/bin/python -m bench.attacks --soak-s 900
+    .venv/bin/python -m bench.attacks --outage-only --outage-s 600
 """
 from __future__ import annotations
 
@@ -456,6 +457,29 @@ async def side(code: Path | None, args: argparse.Namespace, folder: Path) -> dic
     return results
 
 
+async def outage_only(down_s: float, folder: Path) -> dict[str, Any]:
+    """One outage of `down_s` under the load, this tree only (a 10-minute one takes its time)."""
+    judge_port = free_port()
+    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
+                             env=env_for(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = ForwardTarget(free_port())
+    try:
+        wait_port(judge_port, timeout=30)
+        target.start()
+        async with sidecar(None, f"http://127.0.0.1:{judge_port}/v1", target.port, folder) as car:
+            load = Load(car.http_port, seed=17)
+            stop = asyncio.Event()
+            loader = asyncio.ensure_future(load.run(stop))
+            figures = await outage(car, target, down_s)
+            stop.set()
+            await loader
+            return figures
+    finally:
+        judge.terminate()
+        judge.wait(10)
+        target.stop()
+
+
 async def _gather_dicts(*coros: Any) -> dict[str, int]:
     merged: dict[str, int] = {}
     for result in await asyncio.gather(*coros):
@@ -531,6 +555,8 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default="main", help="git ref whose code is the baseline (default main)")
     parser.add_argument("--no-baseline", action="store_true", help="measure this tree only")
     parser.add_argument("--soak-s", type=float, default=None, help="run the load alone this long instead")
+    parser.add_argument("--outage-only", action="store_true",
+                        help="only one outage of --outage-s, this tree (bench/results/outage_<seconds>s.json)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ctxprec-bench-attacks-") as tmp:
         folder = Path(tmp)
@@ -541,6 +567,13 @@ def main() -> None:
                 "`ctxprec serve` under 1,500 spans/s of RAG traces (10% sampled, stub judge, span-mode forwarding "
                 "to a discard endpoint) for the whole run: nothing lost, memory flat, /healthz answering"),
                 "machine": machine(), **figures})
+            return
+        if args.outage_only:
+            figures = asyncio.run(outage_only(args.outage_s, folder))
+            print(figures)
+            write_result(f"outage_{args.outage_s:g}s", {"benchmark": "outage", "description": (
+                "spans an outage of the forward target costs `ctxprec serve` under 1,500 spans/s (span-mode "
+                "forwarding, the default 64 MB queue and 300 s deadline)"), "machine": machine(), **figures})
             return
         results = {"ctxprec": asyncio.run(side(None, args, folder))}
         commit = None

@@ -14,8 +14,8 @@ of 1,500 spans/s over OTLP/HTTP (500 OpenInference RAG traces/s of 3 spans, 4 do
   its own trace;
 - `outage`: the forward target is down for `--outage-s` (60 s; 10 min with --outage-s 600): spans
   received, forwarded and dropped once it is back and the queue has drained;
-- `huge_judge` (a second sidecar, its judge answering 200 MB to every request, 1% sampled):
-  peak RSS against the quiet phase, and how its samples were decided.
+- `huge_judge` (a second sidecar, its judge the stub judge answering 200 MB to every request,
+  1% sampled): peak RSS against the sidecar's RSS at start, and how its samples were decided.
 
 /healthz is probed every 100 ms from a thread of this process over a new connection (timeout
 5 s; a failed probe counts as 5 s). RSS is the sidecar's, sampled every 50 ms (psutil). The same
@@ -47,7 +47,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import psutil
 
@@ -68,7 +68,7 @@ TRACES_PER_REQUEST = 50  # of 3 spans: 150 spans a request, 10 requests a second
 REQUESTS_PER_S = 10
 SPANS_PER_TRACE = 3
 MAX_REQUEST_SPANS = 100_000
-HUGE_ANSWER_BYTES = 200 * 1024 * 1024
+HUGE_ANSWER_MB = 200
 PROBE_TIMEOUT_S = 5.0
 DOCUMENTS = [("kb-1", "To reset a password open Settings, choose Security and click Reset Password."),
              ("kb-2", "Password reset links expire after 30 minutes."),
@@ -77,26 +77,6 @@ DOCUMENTS = [("kb-1", "To reset a password open Settings, choose Security and cl
 
 
 # -- the servers around the sidecar ----------------------------------------------------------------
-
-def _huge_judge(port: int) -> None:
-    """An OpenAI-style judge whose every answer is 200 MB of one unfinished JSON document."""
-    from aiohttp import web
-
-    block = b'{"choices": [' + b" " * (1024 * 1024 - 13)
-
-    async def answer(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionError):
-            for _ in range(HUGE_ANSWER_BYTES // len(block)):
-                await response.write(block)
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
-
 
 def _low_file_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))
@@ -169,18 +149,6 @@ class ForwardTarget:
             self.proc.terminate()
             self.proc.join(5)
             self.proc = None
-
-
-@contextlib.contextmanager
-def process(target: Callable[[int], None], port: int) -> Iterator[multiprocessing.Process]:
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=(port,), daemon=True)
-    proc.start()
-    try:
-        wait_port(port, timeout=30)
-        yield proc
-    finally:
-        proc.terminate()
-        proc.join(5)
 
 
 # -- load, probes and memory -----------------------------------------------------------------------
@@ -404,16 +372,23 @@ async def outage(car: Sidecar, target: ForwardTarget, down_s: float) -> dict[str
             "dropped_by_reason": reasons, **watch.figures()}
 
 
+def stub_judge(port: int, *flags: str) -> subprocess.Popen[bytes]:
+    """`ctxprec stub-judge` of this tree (the judge is not what is measured), ready."""
+    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(port), *flags],
+                             env=env_for(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, timeout=30)
+    return judge
+
+
 async def side(code: Path | None, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Every phase against one side's code."""
     seconds = 3.0 if args.quick else 20.0
     judge_port, huge_port = free_port(), free_port()
-    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
-                             env=env_for(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    judge = stub_judge(judge_port)
+    huge = stub_judge(huge_port, "--huge-answer-mb", str(HUGE_ANSWER_MB))
     target = ForwardTarget(free_port())
     results: dict[str, Any] = {}
     try:
-        wait_port(judge_port, timeout=30)
         target.start()
         async with sidecar(code, f"http://127.0.0.1:{judge_port}/v1", target.port, folder) as car:
             load = Load(car.http_port)
@@ -432,52 +407,64 @@ async def side(code: Path | None, args: argparse.Namespace, folder: Path) -> dic
             stop_load.set()
             await loader
             results["load"] = {"spans_sent": load.sent_spans, "failed_requests": load.failed_requests}
-        with process(_huge_judge, huge_port):
-            async with sidecar(code, f"http://127.0.0.1:{huge_port}/v1", target.port, folder,
-                               "--sample-rate", "0.01") as car:
-                started_rss = psutil.Process(car.proc.pid).memory_info().rss
-                load = Load(car.http_port, seed=9)
-                stop_load = asyncio.Event()
-                loader = asyncio.ensure_future(load.run(stop_load))
-                # Every sampled retrieval (5 a second) meets the 200 MB answer.
-                attacked = await phase(car, load, seconds * 2, None)
-                stop_load.set()
-                await loader
-                m = car.metrics()
-                decided = {dict(labels).get("decision"): v for (name, labels), v in m.items()
-                           if name == "ctxprec_samples_total" and v}
-                outcomes = {dict(labels).get("outcome"): v for (name, labels), v in m.items()
-                            if name == "ctxprec_judge_requests_total" and v}
-                results["huge_judge"] = {**attacked, "start_rss_mb": round(started_rss / 2**20, 1),
-                                         "decisions": decided, "judge_requests": outcomes}
+        async with sidecar(code, f"http://127.0.0.1:{huge_port}/v1", target.port, folder,
+                           "--sample-rate", "0.01") as car:
+            started_rss = psutil.Process(car.proc.pid).memory_info().rss
+            load = Load(car.http_port, seed=9)
+            stop_load = asyncio.Event()
+            loader = asyncio.ensure_future(load.run(stop_load))
+            # Every sampled retrieval (5 a second) meets the 200 MB answer.
+            attacked = await phase(car, load, seconds * 2, None)
+            stop_load.set()
+            await loader
+            m = car.metrics()
+            decided = {dict(labels).get("decision"): v for (name, labels), v in m.items()
+                       if name == "ctxprec_samples_total" and v}
+            outcomes = {dict(labels).get("outcome"): v for (name, labels), v in m.items()
+                        if name == "ctxprec_judge_requests_total" and v}
+            results["huge_judge"] = {**attacked, "start_rss_mb": round(started_rss / 2**20, 1),
+                                     "decisions": decided, "judge_requests": outcomes}
     finally:
-        judge.terminate()
-        judge.wait(10)
+        for proc in (judge, huge):
+            proc.terminate()
+            proc.wait(10)
         target.stop()
     return results
 
 
-async def outage_only(down_s: float, folder: Path) -> dict[str, Any]:
-    """One outage of `down_s` under the load, this tree only (a 10-minute one takes its time)."""
+@contextlib.asynccontextmanager
+async def under_load(folder: Path, seed: int
+                     ) -> AsyncIterator[tuple[Sidecar, ForwardTarget, Load, Callable[[], Awaitable[None]]]]:
+    """This tree's sidecar with the stub judge and a forward target, under the load until the
+    block ends or the yielded `stop_load()` is awaited; everything is stopped after."""
     judge_port = free_port()
-    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
-                             env=env_for(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    judge = stub_judge(judge_port)
     target = ForwardTarget(free_port())
     try:
-        wait_port(judge_port, timeout=30)
         target.start()
         async with sidecar(None, f"http://127.0.0.1:{judge_port}/v1", target.port, folder) as car:
-            load = Load(car.http_port, seed=17)
+            load = Load(car.http_port, seed=seed)
             stop = asyncio.Event()
             loader = asyncio.ensure_future(load.run(stop))
-            figures = await outage(car, target, down_s)
-            stop.set()
-            await loader
-            return figures
+
+            async def stop_load() -> None:
+                stop.set()
+                await loader
+
+            try:
+                yield car, target, load, stop_load
+            finally:
+                await stop_load()
     finally:
         judge.terminate()
         judge.wait(10)
         target.stop()
+
+
+async def outage_only(down_s: float, folder: Path) -> dict[str, Any]:
+    """One outage of `down_s` under the load, this tree only (a 10-minute one takes its time)."""
+    async with under_load(folder, seed=17) as (car, target, _, _):
+        return await outage(car, target, down_s)
 
 
 async def _gather_dicts(*coros: Any) -> dict[str, int]:
@@ -489,37 +476,21 @@ async def _gather_dicts(*coros: Any) -> dict[str, int]:
 
 
 async def soak(seconds: float, folder: Path) -> dict[str, Any]:
-    judge_port, forward_port = free_port(), free_port()
-    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
-                             env=env_for(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(judge_port, timeout=30)
-        with process(_discard_server, forward_port):
-            async with sidecar(None, f"http://127.0.0.1:{judge_port}/v1", forward_port, folder) as car:
-                load = Load(car.http_port, seed=13)
-                stop = asyncio.Event()
-                loader = asyncio.ensure_future(load.run(stop))
-                await asyncio.sleep(5.0)
-
-                rss_start = psutil.Process(car.proc.pid).memory_info().rss
-                with Watch(car.metrics_url, car.proc.pid) as watch:
-                    await asyncio.sleep(seconds)
-                    stop.set()
-                    await loader
-                    await asyncio.sleep(10.0)  # the last traces are decided and forwarded
-                rss_end = psutil.Process(car.proc.pid).memory_info().rss
-                received = car.total("ctxprec_spans_received_total")
-                return {"seconds": seconds, "spans_sent": load.sent_spans, "spans_received": int(received),
-                        "spans_forwarded": int(car.total("ctxprec_exported_spans_total", exporter="span_forwarder",
-                                                         outcome="ok")),
-                        "spans_dropped": int(car.total("ctxprec_export_dropped_total")),
-                        "retrievals_decided": int(car.total("ctxprec_samples_total")),
-                        "failed_requests": load.failed_requests,
-                        "rss_start_mb": round(rss_start / 2**20, 1), "rss_end_mb": round(rss_end / 2**20, 1),
-                        **watch.figures()}
-    finally:
-        judge.terminate()
-        judge.wait(10)
+    async with under_load(folder, seed=13) as (car, _, load, stop_load):
+        await asyncio.sleep(5.0)
+        rss_start = psutil.Process(car.proc.pid).memory_info().rss
+        with Watch(car.metrics_url, car.proc.pid) as watch:
+            await asyncio.sleep(seconds)
+            await stop_load()
+            await asyncio.sleep(10.0)  # the last traces are decided and forwarded
+        return {"seconds": seconds, "spans_sent": load.sent_spans, "failed_requests": load.failed_requests,
+                "spans_received": int(car.total("ctxprec_spans_received_total")),
+                "spans_forwarded": int(car.total("ctxprec_exported_spans_total", exporter="span_forwarder",
+                                                 outcome="ok")),
+                "spans_dropped": int(car.total("ctxprec_export_dropped_total")),
+                "retrievals_decided": int(car.total("ctxprec_samples_total")),
+                "rss_start_mb": round(rss_start / 2**20, 1),
+                "rss_end_mb": round(psutil.Process(car.proc.pid).memory_info().rss / 2**20, 1), **watch.figures()}
 
 
 def table(results: dict[str, dict[str, Any]], baseline: str | None) -> list[str]:

@@ -17,7 +17,7 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-from tests.chaos.scrape_http import scrape_metrics, total
+from tests.chaos.scrape_http import healthz_seconds, scrape_metrics, total
 from tests.kafka.tansu import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,14 +78,6 @@ async def flood(port: int, n: int) -> list[asyncio.StreamWriter]:
             continue
         writers.append(writer)
     return writers
-
-
-async def healthz_seconds(url: str) -> float:
-    started = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
-        async with session.get(f"{url}/healthz") as response:
-            assert response.status == 200
-    return time.perf_counter() - started
 
 
 async def test_a_flood_past_the_cap_is_refused_and_healthz_answers(serve) -> None:

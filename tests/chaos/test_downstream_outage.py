@@ -116,15 +116,20 @@ async def test_short_outage_is_buffered_and_delivered(make_stub_judge: MakeStub)
     await with_sidecar(make_stub_judge, body)
 
 
+async def take_down(app: RagApp, proxy: TcpProxy, capture: OtlpCapture) -> tuple[float, float, int]:
+    """Three traces delivered, then the endpoint down: when (monotonic, perf_counter) and the RSS
+    just before."""
+    send(app, 3, 0)
+    await app.flush()
+    await capture.wait_for_spans(3 * SPANS_PER_TRACE)
+    rss_before = current_rss_bytes()
+    await proxy.down()
+    return time.monotonic(), time.perf_counter(), rss_before
+
+
 async def test_outage_the_queue_can_hold_loses_nothing(make_stub_judge: MakeStub) -> None:
     async def body(pipeline: Any, app: RagApp, proxy: TcpProxy, capture: OtlpCapture) -> None:
-        send(app, 3, 0)
-        await app.flush()
-        await capture.wait_for_spans(3 * SPANS_PER_TRACE)
-        rss_before = current_rss_bytes()
-
-        await proxy.down()
-        went_down, cut_at = time.monotonic(), time.perf_counter()
+        went_down, cut_at, rss_before = await take_down(app, proxy, capture)
         sent, max_queued = 3, 0
         while time.monotonic() - went_down < 15.0:  # steady load for the whole outage
             send(app, 5, sent)
@@ -152,13 +157,7 @@ async def test_full_queue_drops_oldest_and_deadline_drops_the_rest(make_stub_jud
     async def body(pipeline: Any, app: RagApp, proxy: TcpProxy, capture: OtlpCapture) -> None:
         # The bound comes from `--forward-max-queue-mb` (see with_sidecar's flags below).
         assert pipeline.writeback.sender.settings.max_queue_bytes == SMALL_QUEUE_BYTES
-        send(app, 3, 0)
-        await app.flush()
-        await capture.wait_for_spans(3 * SPANS_PER_TRACE)
-        rss_before = current_rss_bytes()
-
-        await proxy.down()
-        went_down, cut_at = time.monotonic(), time.perf_counter()
+        went_down, cut_at, rss_before = await take_down(app, proxy, capture)
         max_queued = 0
         sent = 3
         while time.monotonic() - went_down < 6.0:

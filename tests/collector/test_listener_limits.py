@@ -9,12 +9,12 @@ import socket
 import time
 from typing import Any, AsyncIterator
 
-import aiohttp
 import grpc
 from ctxprec.collector.listeners import REASONS
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from tests.collector.rag_app import running, scrape, serve_config, value
+from tests.chaos.scrape_http import healthz_seconds, scrape_metrics
+from tests.collector.rag_app import running, serve_config, value
 from tests.helpers.rag_traces import rag_trace, request_of, trace_id
 
 LIMITS = ("--listener-header-timeout", "0.5", "--listener-body-timeout", "0.5", "--listener-idle-timeout", "1")
@@ -31,23 +31,8 @@ def ports(pipeline: Any) -> dict[str, int]:
     return {"otlp_http": pipeline.otlp_http_port, "metrics": pipeline.metrics_server.port}
 
 
-async def samples(pipeline: Any) -> dict:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{pipeline.metrics_url}/metrics") as response:
-            return scrape(await response.text())
-
-
 def refused(all_samples: dict, listener: str, reason: str) -> float:
     return value(all_samples, "ctxprec_listener_connections_refused_total", listener=listener, reason=reason)
-
-
-async def healthz_latency(pipeline: Any) -> float:
-    """Seconds /healthz took on a new connection; it must answer 200."""
-    started = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
-        async with session.get(f"{pipeline.metrics_url}/healthz") as response:
-            assert response.status == 200
-    return time.perf_counter() - started
 
 
 async def closed_after(port: int, first: bytes = b"", drip: bytes = b"", every_s: float = 0.1,
@@ -81,7 +66,7 @@ async def probe_while(pipeline: Any, work: "asyncio.Future[Any]") -> list[float]
     """/healthz every 0.1 s until `work` is done: each answer's latency."""
     latencies = []
     while not work.done():
-        latencies.append(await healthz_latency(pipeline))
+        latencies.append(await healthz_seconds(pipeline.metrics_url))
         await asyncio.sleep(0.1)
     return latencies
 
@@ -99,7 +84,7 @@ async def test_slowloris_and_idle_connections_are_closed_and_healthz_answers_bes
         held = [seconds for seconds, _ in work.result()]
         assert max(held) < 3.0, max(held)  # the header timeout is 0.5 s
         assert latencies and max(latencies) < 2.0, latencies
-        after = await samples(pipeline)
+        after = await scrape_metrics(pipeline.metrics_url)
         for listener in LISTENERS:
             assert refused(after, listener, "timeout") == 40, listener
             assert refused(after, listener, "idle") == 40, listener
@@ -108,7 +93,7 @@ async def test_slowloris_and_idle_connections_are_closed_and_healthz_answers_bes
         request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
         seconds, answer = await closed_after(pipeline.metrics_server.port, request)
         assert answer.startswith(b"HTTP/1.1 200") and 0.8 < seconds < 3.0, (seconds, answer[:40])
-        assert refused(await samples(pipeline), "metrics", "idle") == 41
+        assert refused(await scrape_metrics(pipeline.metrics_url), "metrics", "idle") == 41
 
 
 async def test_a_body_shorter_than_its_content_length_times_out_and_one_too_large_is_refused_unread() -> None:
@@ -134,7 +119,7 @@ async def test_a_body_shorter_than_its_content_length_times_out_and_one_too_larg
                                                       b"Content-Length: 100\r\n\r\n", drip=b"z")
         assert answer.startswith(b"HTTP/1.1 200") and seconds < 0.5, (seconds, answer[:60])
 
-        after = await samples(pipeline)
+        after = await scrape_metrics(pipeline.metrics_url)
         assert refused(after, "otlp_http", "timeout") == 1 and refused(after, "otlp_http", "too_large") == 1
         assert refused(after, "metrics", "too_large") == 1
         assert value(after, "ctxprec_receiver_errors_total", receiver="otlp_http", reason="timeout") == 1
@@ -146,9 +131,9 @@ async def test_past_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_
         metrics_port, otlp = ports(pipeline)["metrics"], ports(pipeline)["otlp_http"]
         idle = [await asyncio.open_connection("127.0.0.1", metrics_port) for _ in range(4)]
         await asyncio.sleep(0.1)
-        assert await healthz_latency(pipeline) < 2.0  # the oldest idle connection made room
+        assert await healthz_seconds(pipeline.metrics_url) < 2.0  # the oldest idle connection made room
         assert await asyncio.wait_for(idle[0][0].read(), 2.0) == b""
-        assert refused(await samples(pipeline), "metrics", "too_many") >= 1
+        assert refused(await scrape_metrics(pipeline.metrics_url), "metrics", "too_many") >= 1
 
         # Four requests under way (their bodies still coming): a fifth connection is closed at once.
         partial = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
@@ -163,12 +148,12 @@ async def test_past_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_
         assert seconds < 0.5 and answer == b"", seconds
         for reader, writer in busy + idle[1:]:
             writer.transport.abort()
-        assert refused(await samples(pipeline), "otlp_http", "too_many") == 1
+        assert refused(await scrape_metrics(pipeline.metrics_url), "otlp_http", "too_many") == 1
 
 
 async def test_every_reason_starts_at_zero_for_each_http_listener() -> None:
     async with sidecar() as pipeline:
-        before = await samples(pipeline)
+        before = await scrape_metrics(pipeline.metrics_url)
     for listener in LISTENERS:
         for reason in REASONS:
             key = ("ctxprec_listener_connections_refused_total", (("listener", listener), ("reason", reason)))

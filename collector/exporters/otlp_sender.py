@@ -276,12 +276,15 @@ class OtlpSender:
             self._drop("unsupported", spans)
             return False
         limit = self.settings.max_queue_bytes
+        if len(body) > limit:  # could never fit: the queued data stays
+            self._drop("queue_full", spans)
+            return False
         self._expire()
         while self._queue and self._held_bytes + len(body) > limit:
             oldest = self._queue.popleft()
             self._held_bytes -= len(oldest.body)
             self._drop("queue_full", oldest.spans)
-        if self._held_bytes + len(body) > limit:  # what is left is in flight, or the item alone is too big
+        if self._held_bytes + len(body) > limit:  # what is left is in flight
             self._drop("queue_full", spans)
             return False
         self._queue.append(_Item(body, spans, self._clock() + self.settings.deadline_s))

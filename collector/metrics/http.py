@@ -116,7 +116,7 @@ class MetricsServer:
         return f"{'https' if self.security.tls else 'http'}://{host}:{self.port}"
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         if path in PROBES:
             return await handler(request)
@@ -134,7 +134,7 @@ class MetricsServer:
         return await handler(request)
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=[self.guard.middleware, self._guard])
+        app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=[self.guard.middleware, self._access])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)

@@ -9,7 +9,8 @@ of 1,500 spans/s over OTLP/HTTP (500 OpenInference RAG traces/s of 3 spans, 4 do
 - `none`: the load alone (the baseline of the phases below);
 - `slowloris`: 300 connections on OTLP/HTTP and 200 on the metrics port sending their headers
   a byte a second (reconnecting when closed, as an attacker would);
-- `idle_flood`: 1,000 connections on OTLP/HTTP that send nothing (reconnecting too);
+- `idle_flood`: 1,100 connections on OTLP/HTTP that send nothing (reconnecting too): more than
+  the open-file limit holds;
 - `max_request`: back-to-back requests of 100,000 tiny spans (`--max-spans-per-request`), each
   its own trace;
 - `outage`: the forward target is down for `--outage-s` (60 s; 10 min with --outage-s 600): spans
@@ -68,6 +69,7 @@ TRACES_PER_REQUEST = 50  # of 3 spans: 150 spans a request, 10 requests a second
 REQUESTS_PER_S = 10
 SPANS_PER_TRACE = 3
 MAX_REQUEST_SPANS = 100_000
+IDLE_FLOOD = 1_100
 HUGE_ANSWER_MB = 200
 PROBE_TIMEOUT_S = 5.0
 DOCUMENTS = [("kb-1", "To reset a password open Settings, choose Security and click Reset Password."),
@@ -399,7 +401,7 @@ async def side(code: Path | None, args: argparse.Namespace, folder: Path) -> dic
             results["slowloris"] = await phase(car, load, seconds, lambda stop: _gather_dicts(
                 hold(car.http_port, 300, stop, b"a"), hold(car.metrics_port, 200, stop, b"a")))
             results["idle_flood"] = await phase(car, load, seconds,
-                                                lambda stop: hold(car.http_port, 1000, stop, None))
+                                                lambda stop: hold(car.http_port, IDLE_FLOOD, stop, None))
             body = tiny_request(MAX_REQUEST_SPANS)
             results["max_request"] = await phase(car, load, seconds,
                                                  lambda stop: big_requests(car.http_port, body, stop))

@@ -22,6 +22,6 @@ class ListenerLimits(BaseModel):
         60.0, "a kept-alive connection with no request for this long is closed, seconds (gRPC: no call for this "
               "long)", flag="--listener-idle-timeout")
     max_connections: Count = setting(
-        256, "open connections per listener at most; one more closes the one longest without a request, or is "
-             "closed itself when all are in one (file descriptors stay free for the rest, /healthz included)",
+        256, "open connections per listener at most; one more closes the oldest that never completed a request, "
+             "or is closed itself when there is none (file descriptors stay free for the rest, /healthz included)",
         flag="--listener-max-connections")

@@ -6,9 +6,10 @@ few hundred slow or idle clients could hold every file descriptor (and /healthz 
 HTTP listener therefore serves through a `ListenerGuard` (settings: listener_limits.py):
 
 - its protocol factory wraps aiohttp's, one `_Connection` per client: with `max_connections`
-  open, a new one closes the one longest without a request that is not in one now (idle, or
-  still sending headers), or is itself closed at once when every one is in a request
-  (`too_many`), so a flood of idle connections keeps neither a probe nor a busy client out;
+  open, a new one closes the oldest that has never completed a request (silent, or still
+  dribbling its first headers), or is itself closed at once when there is none (`too_many`): a
+  flood of connections that never send a request cannot keep a probe out, and cannot push out
+  a client that is using its connection;
   a request's headers must be in within `header_timeout_s` of its first byte (`timeout`); a
   connection with no request is closed after `idle_timeout_s`, or `header_timeout_s` when it
   never sent anything (`idle`);
@@ -137,7 +138,7 @@ class _Connection(asyncio.Protocol):
     """One client connection: between the event loop's transport and aiohttp's handler, keeping
     the clocks (see the module docstring). `_waiting` is True while no request is under way."""
 
-    __slots__ = ("_guard", "_make", "_inner", "_transport", "_timer", "_waiting")
+    __slots__ = ("_guard", "_make", "_inner", "_transport", "_timer", "_waiting", "_served")
 
     def __init__(self, guard: ListenerGuard, make: Callable[[], asyncio.Protocol]) -> None:
         self._guard = guard
@@ -146,12 +147,13 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._waiting = True
+        self._served = False  # a request of its own completed: a client, not a squatter
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
         if len(guard._open) >= guard.limits.max_connections:
-            # The connection longest without a request makes room (in order of last request).
-            spare = next((c for c in guard._open.values() if c._timer is not None), None)
+            # The oldest connection that never completed a request makes room.
+            spare = next((c for c in guard._open.values() if not c._served and c._timer is not None), None)
             guard.refused("too_many", f"{guard.limits.max_connections} connections open")
             if spare is None:
                 transport.abort()
@@ -201,10 +203,8 @@ class _Connection(asyncio.Protocol):
         if self._inner is None:  # the handler ended because the connection was lost
             return
         self._waiting = True
+        self._served = True
         self._arm(self._guard.limits.idle_timeout_s)
-        # Last in line to make room: the open connections stay in order of their last request.
-        open_ = self._guard._open
-        open_[self._transport] = open_.pop(self._transport, self)  # type: ignore[index,arg-type]
 
     # -- the clock --
 

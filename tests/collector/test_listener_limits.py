@@ -125,14 +125,21 @@ async def test_a_body_shorter_than_its_content_length_times_out_and_one_too_larg
         assert value(after, "ctxprec_receiver_errors_total", receiver="otlp_http", reason="timeout") == 1
 
 
-async def test_past_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_are_kept() -> None:
+async def test_past_the_cap_a_silent_connection_makes_room_and_clients_are_kept() -> None:
     async with sidecar("--listener-max-connections", "4", "--listener-header-timeout", "5",
-                       "--listener-body-timeout", "5") as pipeline:
+                       "--listener-body-timeout", "5", "--listener-idle-timeout", "30") as pipeline:
         metrics_port, otlp = ports(pipeline)["metrics"], ports(pipeline)["otlp_http"]
-        idle = [await asyncio.open_connection("127.0.0.1", metrics_port) for _ in range(4)]
+        probe = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        client = await asyncio.open_connection("127.0.0.1", metrics_port)  # a kept-alive client, oldest
+        client[1].write(probe)
+        assert (await asyncio.wait_for(client[0].read(1024), 2.0)).startswith(b"HTTP/1.1 200")
+        silent = [await asyncio.open_connection("127.0.0.1", metrics_port) for _ in range(3)]
         await asyncio.sleep(0.1)
-        assert await healthz_seconds(pipeline.metrics_url) < 2.0  # the oldest idle connection made room
-        assert await asyncio.wait_for(idle[0][0].read(), 2.0) == b""
+        # Full: a new connection (a probe) closes the oldest connection that never sent a request.
+        assert await healthz_seconds(pipeline.metrics_url) < 2.0
+        assert await asyncio.wait_for(silent[0][0].read(), 2.0) == b""
+        client[1].write(probe)  # the client's connection was kept
+        assert (await asyncio.wait_for(client[0].read(1024), 2.0)).startswith(b"HTTP/1.1 200")
         assert refused(await scrape_metrics(pipeline.metrics_url), "metrics", "too_many") >= 1
 
         # Four requests under way (their bodies still coming): a fifth connection is closed at once.
@@ -146,7 +153,7 @@ async def test_past_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_
         await asyncio.sleep(0.2)
         seconds, answer = await closed_after(otlp, b"")
         assert seconds < 0.5 and answer == b"", seconds
-        for reader, writer in busy + idle[1:]:
+        for reader, writer in busy + silent[1:] + [client]:
             writer.transport.abort()
         assert refused(await scrape_metrics(pipeline.metrics_url), "otlp_http", "too_many") == 1
 

@@ -20,6 +20,8 @@ import pytest
 from tests.chaos.scrape_http import healthz_seconds, scrape_metrics, total
 from tests.kafka.tansu import free_port
 
+pytestmark = pytest.mark.slow  # a sidecar process per test (also slow by its folder, tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 FILE_LIMIT = 256
 FLOOD = 400

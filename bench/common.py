@@ -1,18 +1,23 @@
 """What the benchmark scripts share: the machine description stored with each result, writing
-the result to bench/results/<name>.json (which bench.run_all renders), and, for those that run
-`ctxprec serve`, ports, readiness, process CPU and OpenInference RAG requests."""
+the result to bench/results/<name>.json (which bench.run_all renders), the code of a git ref as
+a baseline measured in the same run, and, for those that run `ctxprec serve`, ports, readiness,
+process CPU and OpenInference RAG requests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
 
 
 def machine() -> dict[str, Any]:
@@ -27,6 +32,40 @@ def write_result(name: str, data: dict[str, Any], *, quick: bool = False) -> Pat
     path = folder / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+# -- a baseline: the code of another git ref, in the same run ---------------------------------------
+
+@contextlib.contextmanager
+def baseline_code(ref: str) -> Iterator[tuple[str, Path]]:
+    """The code of git ref `ref` (default use: `main`), checked out into a scratch worktree that
+    is removed afterwards. Yields its commit and a folder to put first on PYTHONPATH, whose
+    `ctxprec` package is that code (the repository maps ctxprec.scorer -> scorer/,
+    ctxprec.collector -> collector/); a child process started with `env_for(folder)` runs it,
+    in the same virtual environment and on the same inputs as this tree's code."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", ref], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="ctxprec-bench-baseline-") as tmp:
+        worktree = Path(tmp) / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(worktree), commit],
+                       check=True)
+        try:
+            package = Path(tmp) / "path" / "ctxprec"
+            package.mkdir(parents=True)
+            for part in ("scorer", "collector"):
+                (package / part).symlink_to(worktree / part)
+            yield commit, Path(tmp) / "path"
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
+
+
+def env_for(pythonpath: Path | None) -> dict[str, str]:
+    """The environment of a child that runs this tree's code (None) or a baseline's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPREC_") and k != "PYTHONPATH"}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env
 
 
 # -- what the benchmarks that run `ctxprec serve` share --------------------------------------------

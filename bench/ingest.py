@@ -9,12 +9,16 @@ parse rate.
 2. In-process, the second line: `decode_with_raw` + `OtlpIngest.ingest` with the span write-back
    in this process, the judge replaced by an instant decision.
 
-    .venv/bin/python -m bench.ingest [--quick]
+The whole process is also measured for a baseline, the code of a git ref (default `main`), in
+the same run, rounds interleaved: `vs_baseline` is this tree's median ratio over the baseline's.
+
+    .venv/bin/python -m bench.ingest [--quick] [--baseline-ref main | --no-baseline]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import random
 import time
@@ -24,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from bench.common import free_port, machine, wait_port, write_result
+from bench.common import baseline_code, env_for, free_port, machine, wait_port, write_result
 from tests.helpers.rag_traces import SPANS_PER_REALISTIC_TRACE as SPANS_PER_TRACE
 from tests.helpers.rag_traces import kv, realistic_rag_trace
 
@@ -207,9 +211,9 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, forward_port: int,
-                             warm_up: list[bytes], concurrency: int = 4) -> dict[str, Any]:
-    """The whole `ctxprec serve`: its CPU seconds for the whole run, and what it decided."""
-    import os
+                             warm_up: list[bytes], concurrency: int = 4, code: Any = None) -> dict[str, Any]:
+    """The whole `ctxprec serve`: its CPU seconds for the whole run, and what it decided. `code`:
+    a baseline's PYTHONPATH folder (bench.common.baseline_code), else this tree."""
     import subprocess
     import sys
 
@@ -217,8 +221,7 @@ async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, f
     import psutil
 
     judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "bench"}
-    env = {k: v for k, v in env.items() if not k.startswith("CTXPREC_")}
+    env = {**env_for(code), "OPENAI_API_KEY": "bench"}
     judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     serve = subprocess.Popen(
@@ -291,6 +294,8 @@ async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    parser.add_argument("--baseline-ref", default="main", help="git ref whose code is the baseline (default main)")
+    parser.add_argument("--no-baseline", action="store_true", help="measure this tree only")
     args = parser.parse_args()
     n_requests, rounds = (40, 2) if args.quick else (200, 4)
     traces_per_request = 64
@@ -311,12 +316,20 @@ def main() -> None:
         whole_bodies = build_bodies(3 * n_requests, traces_per_request, seed=23)
         # The machine's speed drifts by tens of percent within minutes: each round is set against
         # the bare parse measured right before and after it.
-        whole = []
-        for _ in range(3 if args.quick else 5):
-            before = bare_parse_rate_fresh(3 * n_requests, traces_per_request, seed=23)
-            run = asyncio.run(serve_process_rate(whole_bodies, 3 * spans, 3 * retrievals, port, warm_up))
-            run["baseline"] = max(before, bare_parse_rate_fresh(3 * n_requests, traces_per_request, seed=23))
-            whole.append(run)
+        whole: list[dict[str, Any]] = []
+        against: list[dict[str, Any]] = []  # the baseline ref's rounds
+        with contextlib.ExitStack() as stack:
+            sides: list[tuple[list[dict[str, Any]], Any]] = [(whole, None)]
+            if not args.no_baseline:
+                commit, code = stack.enter_context(baseline_code(args.baseline_ref))
+                sides.append((against, code))
+            for number in range(3 if args.quick else 5):
+                for runs, code in (sides if number % 2 == 0 else sides[::-1]):
+                    before = bare_parse_rate_fresh(3 * n_requests, traces_per_request, seed=23)
+                    run = asyncio.run(serve_process_rate(whole_bodies, 3 * spans, 3 * retrievals, port, warm_up,
+                                                         code=code))
+                    run["baseline"] = max(before, bare_parse_rate_fresh(3 * n_requests, traces_per_request, seed=23))
+                    runs.append(run)
         result = asyncio.run(ctxprec_rate(bodies, spans, rounds, url))
         baseline = max(baseline, bare_parse_rate(bodies, spans, rounds))  # before and after: fairest baseline
     finally:
@@ -325,6 +338,8 @@ def main() -> None:
     ratio = result["rate"] / baseline
     ratios = sorted(w["rate"] / w["baseline"] for w in whole)
     whole_ratio = ratios[len(ratios) // 2]  # the median round
+    baseline_ratios = sorted(w["rate"] / w["baseline"] for w in against)
+    baseline_ratio = baseline_ratios[len(baseline_ratios) // 2] if against else None
     best = max(whole, key=lambda w: w["rate"])
     avg_bytes = sum(map(len, bodies)) / spans
     out = {
@@ -352,6 +367,10 @@ def main() -> None:
                                   "from the first request until all spans were forwarded and all retrievals "
                                   "decided; each round against the bare parse measured just before and after it; "
                                   "the median round"),
+        **({"baseline": {"ref": args.baseline_ref, "commit": commit,
+                         "serve_process_ratio": round(baseline_ratio, 3),
+                         "serve_process_rounds": [round(w["rate"] / w["baseline"], 3) for w in against]},
+            "vs_baseline": round(whole_ratio / baseline_ratio, 3)} if baseline_ratio else {}),
         "ctxprec_spans_per_s": round(result["rate"]),
         "ratio": round(ratio, 3),
         "measure": "in-process: best of rounds, spans per CPU-second of the process (includes forwarding syscalls)",
@@ -367,6 +386,9 @@ def main() -> None:
     print(f"bare ParseFromString : {baseline:12,.0f} spans/s")
     print(f"ctxprec serve process: {best['rate']:12,.0f} spans per CPU-second (best)  median ratio {whole_ratio:.3f} "
           f"(goal >= 0.20); rounds {[round(w['rate'] / w['baseline'], 3) for w in whole]}")
+    if baseline_ratio:
+        print(f"baseline {args.baseline_ref:<12}: median ratio {baseline_ratio:.3f}; this tree / baseline "
+              f"{whole_ratio / baseline_ratio:.3f}; rounds {[round(r, 3) for r in baseline_ratios]}")
     print(f"decode + OtlpIngest  : {result['rate']:12,.0f} spans/s  (sample rate 1%, forwarding on; "
           f"wall clock {result['wall_rate']:,.0f})")
     print(f"in-process ratio     : {ratio:.3f}  avg span {avg_bytes:.0f} B")

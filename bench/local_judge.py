@@ -24,7 +24,7 @@ Goals: CPU per context at most 2x the baseline's; cold `ctxprec score` within 1.
 """
 from __future__ import annotations
 
-from bench.common import machine, write_result
+from bench.common import baseline_code, env_for, machine, write_result
 
 import argparse
 import json
@@ -101,26 +101,6 @@ def child_cpu(cases_path: Path) -> dict[str, Any]:
 
 # -- the parent -------------------------------------------------------------------------------
 
-def baseline_tree(ref: str, scratch: Path) -> Path:
-    """A scratch worktree of `ref` and a folder whose `ctxprec` package is that worktree's code
-    (the repository maps ctxprec.scorer -> scorer/, ctxprec.collector -> collector/)."""
-    worktree = scratch / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(worktree), ref], check=True)
-    package = scratch / "path" / "ctxprec"
-    package.mkdir(parents=True)
-    for part in ("scorer", "collector"):
-        (package / part).symlink_to(worktree / part)
-    return scratch / "path"
-
-
-def env_for(pythonpath: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPREC_") and k != "PYTHONPATH"}
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    return env
-
-
 def run_cpu_child(cases_path: Path, pythonpath: Path | None) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.local_judge", "--child-cpu", str(cases_path)],
@@ -172,34 +152,28 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (2 if args.quick else 5)
     cases = load_cases()
     english = [case for case in cases if case["language"] == "en"]
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.baseline_ref], capture_output=True,
-                            text=True, check=True).stdout.strip()
     sides = ("baseline", "ctxprec")
     cpu: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     cold: dict[str, dict[str, list[dict[str, Any]]]] = {w: {side: [] for side in sides} for w in ("english", "all")}
-    with tempfile.TemporaryDirectory(prefix="ctxprec-bench-local-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ctxprec-bench-local-") as tmp, \
+            baseline_code(args.baseline_ref) as (commit, baseline_path):
         scratch = Path(tmp)
-        baseline_path = baseline_tree(commit, scratch)
-        try:
-            paths = {"baseline": baseline_path, "ctxprec": None}
-            cases_path = scratch / "cases.jsonl"
-            cases_path.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
-            events = {"english": scratch / "events-en.jsonl", "all": scratch / "events-all.jsonl"}
-            write_events(events["english"], english)
-            write_events(events["all"], cases)
-            for side in sides:  # page cache and byte-code caches warm for both
-                cold_score(events["all"], scratch / "warm.jsonl", paths[side])
-            for number in range(rounds):
-                order = sides if number % 2 == 0 else sides[::-1]
-                for side in order:
-                    cpu[side].append(run_cpu_child(cases_path, paths[side]))
-                    for workload, path in events.items():
-                        cold[workload][side].append(cold_score(path, scratch / "scores.jsonl", paths[side]))
-                print(f"round {number + 1}/{rounds}: " + ", ".join(
-                    f"{side} {cpu[side][-1]['cpu_us_per_context']:.0f} us/context" for side in sides), flush=True)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "baseline")],
-                           check=False)
+        paths = {"baseline": baseline_path, "ctxprec": None}
+        cases_path = scratch / "cases.jsonl"
+        cases_path.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
+        events = {"english": scratch / "events-en.jsonl", "all": scratch / "events-all.jsonl"}
+        write_events(events["english"], english)
+        write_events(events["all"], cases)
+        for side in sides:  # page cache and byte-code caches warm for both
+            cold_score(events["all"], scratch / "warm.jsonl", paths[side])
+        for number in range(rounds):
+            order = sides if number % 2 == 0 else sides[::-1]
+            for side in order:
+                cpu[side].append(run_cpu_child(cases_path, paths[side]))
+                for workload, path in events.items():
+                    cold[workload][side].append(cold_score(path, scratch / "scores.jsonl", paths[side]))
+            print(f"round {number + 1}/{rounds}: " + ", ".join(
+                f"{side} {cpu[side][-1]['cpu_us_per_context']:.0f} us/context" for side in sides), flush=True)
     summary: dict[str, Any] = {}
     for side in sides:
         runs = cpu[side]

@@ -33,6 +33,7 @@ from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.kafka.config import KafkaConfig
+from ctxprec.collector.listener_limits import ListenerLimits
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.metrics.drift import DriftConfig
 from ctxprec.collector.receivers.config import ReceiversConfig
@@ -62,6 +63,8 @@ class ServeConfig(BaseSettings):
 
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="OTLP receivers")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="the metrics endpoint")
+    listeners: ListenerLimits = Field(default_factory=ListenerLimits,
+                                      description="limits every listener keeps on its connections")
     export: ExportConfig = Field(default_factory=ExportConfig,
                                 description="results written back over OTLP and into result sinks")
     judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="the judge")

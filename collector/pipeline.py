@@ -37,6 +37,7 @@ from ctxprec.collector.cluster.records import OUTCOMES as CLUSTER_OUTCOMES
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.score_headers import new_replica_id
+from ctxprec.collector.listeners import ListenerGuard
 from ctxprec.collector.memory import anonymous_rss_bytes
 from ctxprec.collector.metrics.children import Children
 from ctxprec.collector.metrics.drift import DriftMonitor
@@ -107,6 +108,7 @@ class Pipeline:
         self.cluster_feed: ClusterFeed | None = None
         self.replica: str | None = None  # this replica's name in its score records, with cluster learning
         self.metrics_server: MetricsServer | None = None
+        self.listener_guards: list[ListenerGuard] = []  # the HTTP listeners' (gRPC keeps its limits itself)
         self._add_scoring()
         self._add_sampling()
         self._add_results()
@@ -286,11 +288,14 @@ class Pipeline:
         if config.otlp_grpc is not None:
             from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 
-            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config))
+            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config,
+                                                             limits=self.config.listeners))
         if config.otlp_http is not None:
             from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 
-            self._add_receiver("otlp_http", OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config))
+            receiver = OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config, limits=self.config.listeners)
+            self.listener_guards.append(receiver.guard)
+            self._add_receiver("otlp_http", receiver)
 
     def _add_receiver(self, name: str, receiver: OtlpGrpcReceiver | OtlpHttpReceiver) -> None:
         async def listening() -> bool:
@@ -385,7 +390,9 @@ class Pipeline:
             return
         host, port = config.listen
         server = self.metrics_server = MetricsServer(self.metrics, host=host, port=port,
-                                                     security=config.security(), metrics_open=config.open)
+                                                     security=config.security(), metrics_open=config.open,
+                                                     limits=self.config.listeners)
+        self.listener_guards.append(server.guard)
         graph = self.graph
         # An extension: up once every stage started, answering until every stage stopped.
         graph.add("metrics_server", server, extension=True)
@@ -417,6 +424,7 @@ class Pipeline:
 
     def failure_logs(self) -> list[FailureLog]:
         logs = [self.judge_failures]
+        logs.extend(guard.failures for guard in self.listener_guards)
         if self.writeback is not None:
             logs.append(self.writeback.sender.failures)
         if self.evaluator is not None:

@@ -18,6 +18,7 @@ from typing import Callable
 from ctxprec.collector import config as config_module
 from ctxprec.collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig
 from ctxprec.collector.listener_security import is_loopback
+from ctxprec.collector.listeners import descriptor_shortfall, raise_open_files_limit
 from ctxprec.collector.log_setup import setup_logging
 from ctxprec.collector.pipeline import Pipeline
 
@@ -126,6 +127,11 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop
             log.info(line)
         for line in exposure_warnings(config):
             log.warning(line)
+        listeners = sum(listen is not None for listen in (config.receivers.otlp_grpc, config.receivers.otlp_http,
+                                                          config.metrics.listen))
+        shortfall = descriptor_shortfall(listeners, config.listeners)
+        if shortfall is not None:
+            log.warning(shortfall)
         await pipeline.check_judge()
         if on_start is not None:
             on_start(pipeline)
@@ -158,6 +164,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"ctxprec serve: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level, config.log_format)
+    # Only where serve owns the process: an embedding process keeps its own limits.
+    before, after = raise_open_files_limit()
+    if after != before:
+        log.debug("open-file limit raised from %d to %d", before, after)
     try:
         asyncio.run(_serve_until_signalled(config))
     except OSError as exc:  # a port in use, a certificate that will not load

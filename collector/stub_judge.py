@@ -54,6 +54,8 @@ Real servers, modelled by settings (what the judge client must survive, from rea
 - `verbose_reasons`: every reason copies its context in, as small models do; without a schema
   the answer then runs past `max_tokens` and is cut there (finish_reason `length`); a schema's
   `maxLength` on reason caps it.
+- `huge_answer_mb`: every chat answer is HTTP 200 streaming that many MB of one JSON document
+  that never ends (a broken or hostile server; the client must stop reading at its own bound).
 
 `max_tokens` is honoured for every answer: content past `max_tokens * 4` characters is cut and
 the choice's finish_reason is `length`.
@@ -70,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -140,6 +143,7 @@ class StubSettings:
     reject_forms: tuple[str, ...] = ()
     reject_status: int = 500
     verbose_reasons: bool = False
+    huge_answer_mb: float = 0.0  # > 0: every answer streams this many MB of an unfinished document
 
     def __post_init__(self) -> None:
         self.fault_kinds = tuple(self.fault_kinds)
@@ -147,7 +151,7 @@ class StubSettings:
         self.validate()
 
     def validate(self) -> None:
-        for name in ("latency_ms", "jitter_ms", "hang_s", "retry_after_s"):
+        for name in ("latency_ms", "jitter_ms", "hang_s", "retry_after_s", "huge_answer_mb"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
@@ -408,7 +412,7 @@ class StubJudge:
     def _error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
         return self._respond(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.stats.requests += 1
         settings = self.settings
         authorization = request.headers.get("Authorization")
@@ -427,9 +431,25 @@ class StubJudge:
         if form in settings.reject_forms:
             return self._error(settings.reject_status, f"response_format form {form} is not supported",
                                "invalid_request_error")
+        if settings.huge_answer_mb:
+            return await self._huge(request, int(settings.huge_answer_mb * 1024 * 1024))
         if settings.slots:
             return await self._queued(request, body, form, schema)
         return await self._judge(body, form, schema)
+
+    async def _huge(self, request: web.Request, size: int) -> web.StreamResponse:
+        """`size` bytes of a chat completion that never closes its JSON, streamed in 1 MB writes,
+        until sent or the client hangs up."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        block = b'{"choices": [' + b" " * (1024 * 1024 - 13)
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            while sent < size:
+                await response.write(block[:size - sent])
+                sent += len(block)
+        self.stats.responses[200] = self.stats.responses.get(200, 0) + 1
+        return response
 
     async def _queued(self, request: web.Request, body: dict[str, Any], form: str,
                       schema: dict[str, Any] | None) -> web.Response:
@@ -632,6 +652,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose-reasons", action="store_true",
                         help="copy each context into its reason, as small models do (cut at max_tokens)")
     parser.add_argument("--hang-s", type=NON_NEGATIVE, default=30.0, help="how long a 'timeout' fault holds a request")
+    parser.add_argument("--huge-answer-mb", type=NON_NEGATIVE, default=0.0,
+                        help="stream every answer as this many MB of a JSON document that never ends (default 0: off)")
     parser.add_argument("--retry-after-s", type=NON_NEGATIVE, default=1.0, help="Retry-After of a 'rate_limit' fault")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG, for reproducible runs (default: a fresh seed each run)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
@@ -653,6 +675,7 @@ def settings_from_args(args: argparse.Namespace) -> StubSettings:
         reject_forms=tuple(args.reject_forms),
         reject_status=args.reject_status,
         verbose_reasons=args.verbose_reasons,
+        huge_answer_mb=args.huge_answer_mb,
     )
 
 

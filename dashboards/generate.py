@@ -322,8 +322,12 @@ def scorer_health() -> dict[str, Any]:
         Panel("Rejected input and evictions", "timeseries", [
             Target("sum by (receiver, reason) (rate(ctxprec_receiver_errors_total[$__rate_interval]))", "{{receiver}} {{reason}}"),
             Target("sum by (reason) (rate(ctxprec_trace_evictions_total[$__rate_interval]))", "evicted: {{reason}}"),
+            Target("sum by (listener, reason) (rate(ctxprec_listener_connections_refused_total"
+                   "{reason!=\"idle\"}[$__rate_interval]))", "closed: {{listener}} {{reason}}"),
         ], w=12, h=8, unit="reqps", extra=_LEGEND,
-            description="Bad OTLP/Kafka input and traces dropped from the assembly buffer."),
+            description="Bad OTLP/Kafka input, traces dropped from the assembly buffer, and connections a "
+                        "listener closed to protect itself (slow, surplus, oversized, out of file descriptors; "
+                        "idle closes are ordinary and left out)."),
         Panel("Sample rate", "timeseries",
               [Target(f"max by (service) (ctxprec_sample_rate{{{SVC}}})", "{{service}}")],
               w=12, h=8, unit="percentunit", minmax=(0, 1), extra=_LEGEND,

@@ -115,6 +115,10 @@ class JudgeConfig:
                 "(json_object with a schema, as llama-cpp-python takes), json_object (no schema), off (no "
                 "response_format); auto probes the endpoint once and steps down a form on a 400, 422 or 500",
         choice(*STRUCTURED_OUTPUTS), flag="--judge-structured-output")
+    max_response_mb: float = judge_setting(
+        1.0, "largest judge answer read, MB (a verdict answer is a few KB); a longer one is cut off there and "
+             "the attempt fails as judge_response_too_large (direct path; litellm reads answers itself)",
+        parse_positive, flag="--judge-max-response-mb")
     price_per_mtok: tuple[float, float] | None = judge_setting(
         None, "judge price, USD per million prompt and completion tokens, for models litellm's cost map does "
               "not price (local servers, fine-tunes, proxies); feeds the cost metrics and the daily budget",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable
@@ -32,6 +33,7 @@ from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough
+from ctxprec.collector.loop_turns import CHUNK, LoopTurns
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
 from ctxprec.collector.otlp.values import attributes_dict, service_name
@@ -74,6 +76,7 @@ class OtlpIngest:
         self._max_chars = self.settings.conventions.max_attribute_chars
         self._received: dict[str, Any] = {}
         self._task: asyncio.Task[None] | None = None
+        self._ready: deque[BufferedTrace] = deque()  # taken from the buffer, not yet handed out
         self._markers = MarkerScanner(self.conventions.rules)
         self._counted = CountedNests()
 
@@ -93,24 +96,31 @@ class OtlpIngest:
         routes: dict[bytes, int] = {}
         routed: list[tuple[int, Any, Any, str, int]] = []
         total = 0
+        turns = LoopTurns()
         for ri, rs in enumerate(request.resource_spans):
             service = service_name(rs.resource)
             for ss in rs.scope_spans:
                 spans = ss.spans
-                total += len(spans)
-                # One pass over the spans for their ids (reading a span is what costs: each read
-                # makes a message object); routing is Python work per trace, not per span.
-                ids = list(map(_TRACE_ID, spans))
-                hit = False
-                for trace_id in set(ids):
-                    route = routes.get(trace_id)
-                    if route is None:
-                        route = routes[trace_id] = self._route(trace_id, service, receiver)
-                    if route:
-                        hit = True
-                if hit:  # only the routed spans are read again
-                    routed.extend((ri, ss, spans[i], service, route) for i, trace_id in enumerate(ids)
-                                  if (route := routes[trace_id]))
+                count = len(spans)
+                total += count
+                # In chunks, the loop shared between them: a request of 100,000 spans must not
+                # hold /healthz and the other clients (loop_turns.py). The usual request is one chunk.
+                for start in range(0, count, CHUNK):
+                    part = spans if count <= CHUNK else spans[start:start + CHUNK]
+                    # One pass over the spans for their ids (reading a span is what costs: each read
+                    # makes a message object); routing is Python work per trace, not per span.
+                    ids = list(map(_TRACE_ID, part))
+                    hit = False
+                    for trace_id in set(ids):
+                        route = routes.get(trace_id)
+                        if route is None:
+                            route = routes[trace_id] = self._route(trace_id, service, receiver)
+                        if route:
+                            hit = True
+                    if hit:  # only the routed spans are read again
+                        routed.extend((ri, ss, part[i], service, route) for i, trace_id in enumerate(ids)
+                                      if (route := routes[trace_id]))
+                    await turns.share()
         counter = self._received.get(receiver)
         if counter is None:
             counter = self._received[receiver] = self._metrics.spans_received.labels(receiver=receiver)
@@ -121,9 +131,9 @@ class OtlpIngest:
         data = raw
         if data is None and (self._passthrough is not None or self._sink is not None):
             data = request.SerializeToString()
-        held = self._take_routed(request, routed, data, ack) if routed else []
+        held = await self._take_routed(request, routed, data, ack, turns) if routed else []
         if not routed and self._sink is not None and data is not None:
-            self._count_not_sampled(request, data, {}, set())
+            await self._count_not_sampled(request, data, {}, set(), turns)
         if self._passthrough is not None:
             self._passthrough.pass_through(request, data, total, held)
 
@@ -141,8 +151,8 @@ class OtlpIngest:
         self._metrics.receiver_errors.labels(receiver=receiver, reason="invalid_trace_id").inc()
         return _UNSAMPLED
 
-    def _take_routed(self, request: ExportTraceServiceRequest, routed: list[tuple[int, Any, Any, str, int]],
-                     data: bytes | None, ack: Any) -> list[HeldSpan]:
+    async def _take_routed(self, request: ExportTraceServiceRequest, routed: list[tuple[int, Any, Any, str, int]],
+                           data: bytes | None, ack: Any, turns: LoopTurns) -> list[HeldSpan]:
         """Copies the spans of sampled traces into the buffer; in span mode, returns their
         retrieval spans, to be held until scored."""
         span_mode = self._passthrough is not None
@@ -150,7 +160,9 @@ class OtlpIngest:
         routed_ids: set[tuple[bytes, bytes]] = set()
         held: list[HeldSpan] = []
         resources: dict[int, dict[str, Any]] = {}
-        for ri, ss, span, service, route in routed:
+        for n, (ri, ss, span, service, route) in enumerate(routed, 1):
+            if n % CHUNK == 0:
+                await turns.share()
             resource = resources.get(ri)
             if resource is None:
                 resource = resources[ri] = attributes_dict(request.resource_spans[ri].resource.attributes,
@@ -166,11 +178,12 @@ class OtlpIngest:
             if span_mode and self.conventions.is_retrieval(record):
                 held.append(HeldSpan(record.trace_id, record.span_id, span, ss, request.resource_spans[ri]))
         if self._sink is not None and data is not None:
-            self._count_not_sampled(request, data, fast_routed, routed_ids)
+            await self._count_not_sampled(request, data, fast_routed, routed_ids, turns)
         return held
 
-    def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes,
-                           fast_routed: dict[tuple[int, int], int], routed_ids: set[tuple[bytes, bytes]]) -> None:
+    async def _count_not_sampled(self, request: ExportTraceServiceRequest, data: bytes,
+                                 fast_routed: dict[tuple[int, int], int], routed_ids: set[tuple[bytes, bytes]],
+                                 turns: LoopTurns) -> None:
         """Counts the retrievals among the spans that were not routed to the buffer, for every
         enabled rule: one marker pass over the request bytes gives exact counts of the spans
         that declare themselves retrievals (less those routed, in `fast_routed`); a resource
@@ -197,7 +210,7 @@ class OtlpIngest:
             # < 0: a routed retrieval the bytes did not show
             if count.needs_look or any(n < 0 for n in exact) or (
                     exact and self._counted.pending and self._waited_for(data, ranges, ri, resources[ri])):
-                total = self._scan_unsampled(resources[ri], routed_ids)
+                total = await self._scan_unsampled(resources[ri], routed_ids, turns)
             else:
                 total = sum(exact)
             if total > 0:
@@ -210,16 +223,18 @@ class OtlpIngest:
         start, end = ranges[ri]
         return self._counted.waited_for_in(memoryview(data)[start:end] if (start, end) != (0, len(data)) else data)
 
-    def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]]) -> int:
+    async def _scan_unsampled(self, rs: Any, routed_ids: set[tuple[bytes, bytes]], turns: LoopTurns) -> int:
         """Retrievals among a resource's spans that were not routed, by the extraction rules
         (nested retrieval spans count once, also when the nest came in two requests). Long values
         are kept whole: whether a span carries documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
         records: list[SpanRecord] = []
         for ss in rs.scope_spans:
-            for span in ss.spans:
+            for n, span in enumerate(ss.spans, 1):
                 if (span.trace_id, span.span_id) not in routed_ids:
                     records.append(span_record(span, service, self._max_chars))
+                if n % CHUNK == 0:
+                    await turns.share()
         return self.conventions.count(records, self._counted) if records else 0
 
     # -- ready traces --
@@ -235,8 +250,9 @@ class OtlpIngest:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for trace in self.buffer.pop_all():
-            self._finish(trace)
+        self._ready.extend(self.buffer.pop_all())
+        while self._ready:
+            self._finish(self._ready.popleft())
 
     async def close(self) -> None:
         return None
@@ -245,16 +261,27 @@ class OtlpIngest:
         while True:
             await asyncio.sleep(self.settings.flush_interval_s)
             try:
-                self.flush()
+                await self._hand_out_ready()
             except Exception:  # one bad trace must not stop assembly for all the others
                 log.exception("trace assembly flush failed")
 
+    async def _hand_out_ready(self) -> None:
+        """Hands out the ready traces, sharing the loop: a flood of new traces can evict
+        thousands at once. Popped traces wait in `_ready`, so that none is lost if the task is
+        cancelled between two of them (finish hands out the rest)."""
+        self._ready.extend(self.buffer.pop_ready())
+        turns = LoopTurns()
+        while self._ready:
+            self._finish(self._ready.popleft())
+            await turns.share()
+
     def flush(self) -> int:
-        """Processes ready traces now; returns the number of traces handed out."""
-        traces = self.buffer.pop_ready()
-        for trace in traces:
-            self._finish(trace)
-        return len(traces)
+        """Processes ready traces now, in one go; returns the number of traces handed out."""
+        self._ready.extend(self.buffer.pop_ready())
+        count = len(self._ready)
+        while self._ready:
+            self._finish(self._ready.popleft())
+        return count
 
     def _finish(self, trace: BufferedTrace) -> None:
         try:

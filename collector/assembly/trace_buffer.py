@@ -21,6 +21,7 @@ from ctxprec.collector.metrics.registry import Metrics
 RECENT_DECISIONS = 100_000  # trace ids remembered as decided, so late spans are recognised
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"
+EVICTION_REASONS = (EVICT_MAX_TRACES, EVICT_MAX_BYTES)
 
 
 @dataclass(slots=True)
@@ -47,6 +48,10 @@ class TraceBuffer:
         self._recent: OrderedDict[bytes, None] = OrderedDict()
         self._bytes = 0
         self._overflow: list[BufferedTrace] = []
+        # Every reason's series exists at 0 from the start (a dashboard shows 0, not "no data");
+        # the children are kept, as a flood of new traces can evict on every span.
+        self._evictions = ({reason: metrics.trace_evictions.labels(reason=reason) for reason in EVICTION_REASONS}
+                           if metrics is not None else {})
 
     # -- state --
 
@@ -100,8 +105,9 @@ class TraceBuffer:
         trace.evicted = reason
         self._hand_out(trace)
         self._overflow.append(trace)
-        if self._metrics is not None:
-            self._metrics.trace_evictions.labels(reason=reason).inc()
+        counter = self._evictions.get(reason)
+        if counter is not None:
+            counter.inc()
 
     # -- output --
 

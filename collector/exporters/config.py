@@ -106,8 +106,11 @@ class ExportConfig(BaseModel):
     cert_file: ReadableFile = setting(None, "client certificate for mTLS to --forward-to", flag="--forward-cert-file")
     key_file: ReadableFile = setting(None, "client key for mTLS to --forward-to", flag="--forward-key-file")
     max_queue_mb: Positive = setting(
-        64.0, "data queued for --forward-to at most, MB; beyond it new data is dropped and counted",
-        flag="--forward-max-queue-mb")
+        64.0, "data held for --forward-to at most (queued and being sent), MB; when it is full the oldest is "
+              "dropped and counted", flag="--forward-max-queue-mb")
+    queue_deadline_s: Positive = setting(
+        300.0, "longest data waits for --forward-to through an outage, seconds; then it is dropped and counted "
+               "(attempts go on meanwhile, at most 5 s apart)", flag="--forward-queue-deadline")
     forward_headers: ForwardHeaders = setting(
         (), "header NAME=VALUE on every OTLP export (span forwarding, evaluator spans and logs); repeat for "
             "several; $VAR or ${VAR} in VALUE is read from the environment, VALUE @FILE from a file; added to "

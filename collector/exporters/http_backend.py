@@ -1,8 +1,13 @@
 """The HTTP session of a result sink's backend (Phoenix, Langfuse): one pooled aiohttp session
-with the backend's headers, made when the sink starts and closed when it stops."""
+with the backend's headers, made when the sink starts and closed when it stops, and the backend's
+answers read with a bound on their size."""
 from __future__ import annotations
 
 import aiohttp
+from ctxprec.scorer.http_body import BodyTooLarge, read_text
+
+# A backend's answer is a status and a short JSON document (which items it refused and why).
+MAX_ANSWER_BYTES = 1024 * 1024
 
 
 class HttpBackend:
@@ -20,6 +25,15 @@ class HttpBackend:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                                                   headers=self._headers)
+
+    @staticmethod
+    async def answer_text(response: aiohttp.ClientResponse) -> str:
+        """The answer's text; one longer than MAX_ANSWER_BYTES is not read, and its status alone
+        decides what happens to the items."""
+        try:
+            return await read_text(response, MAX_ANSWER_BYTES)
+        except BodyTooLarge as exc:
+            return f"(answer not read: {exc})"
 
     async def close(self) -> None:
         if self._session is not None:

@@ -154,7 +154,7 @@ class LangfuseScores(HttpBackend):
         data = json.dumps(self.sdk.body(batch), ensure_ascii=False).encode()
         try:
             async with self.session.post(self.url, data=data) as response:
-                text = await response.text(errors="replace")
+                text = await self.answer_text(response)
                 status = response.status
                 if status in _RETRY_STATUS:
                     raise Unavailable(f"HTTP {status}", parse_retry_after(response.headers.get("Retry-After")))

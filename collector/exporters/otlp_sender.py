@@ -3,10 +3,16 @@
 Items are serialized `ExportTraceServiceRequest` (or `ExportLogsServiceRequest`) bytes. Two
 serialized requests concatenated are the serialization of their merge (repeated fields append),
 so a batch is just the queued bytes joined: unsampled traffic goes out byte for byte as it came
-in, and batching costs no protobuf work. The queue is bounded in bytes; a full queue, a permanent
-rejection or exhausted retries drop the data and count it in
-`ctxprec_export_dropped_total{exporter,reason}`. Senders take whatever is queued the moment they
-are free, so an idle sender adds no delay.
+in, and batching costs no protobuf work. Senders take whatever is queued the moment they are free,
+so an idle sender adds no delay.
+
+Through a downstream outage the data waits: a batch that fails goes back to the head of the
+queue and every sender pauses for the backoff (0.1 s doubling to 5 s), then tries again. What is
+held (queued and in flight) is bounded in bytes (`--forward-max-queue-mb`); a full queue drops
+its oldest items first (`queue_full`), an item still unsent at its deadline
+(`--forward-queue-deadline`) is dropped as `expired`, and a permanent rejection as `rejected`,
+each counted in `ctxprec_export_dropped_total{exporter,reason}`. So an outage costs only what
+the queue cannot hold, and memory never grows past the bound.
 
 A receiver that does not take a signal at all (HTTP 404, 405 or 415; gRPC UNIMPLEMENTED) is told
 apart from other rejections: with `on_unsupported` set, the sender calls it once and drops what
@@ -15,8 +21,10 @@ it was sending without logging, so the owner can turn the signal off with one me
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +40,7 @@ from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.scorer.http_body import BodyTooLarge, read_body
 from ctxprec.scorer.retry import Backoff, parse_retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
@@ -49,6 +58,7 @@ _SIGNALS = {
     LOGS: ("/v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export", ExportLogsServiceResponse),
 }
 _UNSUPPORTED_HTTP = frozenset({404, 405, 415})
+_MAX_ANSWER_BYTES = 64 * 1024  # an export answer is a few bytes (a partial-success message at most)
 _RETRY_HTTP = frozenset({429, 502, 503, 504})
 _RETRY_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
@@ -65,8 +75,9 @@ class SenderSettings:
     max_queue_bytes: int = _EXPORT.max_queue_bytes
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
     senders: int = 2
-    max_retries: int = 5
-    # Half jitter: five retries then span about 1.5 to 3 s, so a downstream restart is ridden out.
+    # Through an outage data waits this long at most (and while the queue has room), then it is
+    # dropped as `expired`; attempts go on meanwhile, every 5 s at most apart.
+    deadline_s: float = _EXPORT.queue_deadline_s
     backoff: Backoff = Backoff(base_s=0.1, cap_s=5.0, jitter=0.5)
     timeout_s: float = 10.0
     ca_file: str | None = None  # https:// and grpcs://: trust this CA instead of the system store
@@ -79,6 +90,7 @@ class SenderSettings:
         `OTEL_EXPORTER_OTLP_HEADERS`), for `signal`."""
         assert export.forward_to is not None
         return cls(url=export.forward_to, signal=signal, max_queue_bytes=export.max_queue_bytes,
+                   deadline_s=export.queue_deadline_s,
                    headers=export_headers(export.forward_headers, signal),
                    ca_file=export.ca_file, cert_file=export.cert_file, key_file=export.key_file)
 
@@ -88,8 +100,8 @@ class SenderSettings:
             raise ValueError(f"forward_to: {self.url!r} must start with http://, https://, grpc:// or grpcs://")
         if not urlsplit(self.url).hostname:
             raise ValueError(f"forward_to: {self.url!r} has no host")
-        if self.senders < 1 or self.max_queue_bytes < 1 or self.max_batch_bytes < 1:
-            raise ValueError("forward_to: senders, max_queue_bytes and max_batch_bytes must be positive")
+        if self.senders < 1 or self.max_queue_bytes < 1 or self.max_batch_bytes < 1 or self.deadline_s <= 0:
+            raise ValueError("forward_to: senders, max_queue_bytes, max_batch_bytes and deadline_s must be positive")
         if self.signal not in _SIGNALS:
             raise ValueError(f"signal: must be one of {', '.join(_SIGNALS)}, got {self.signal!r}")
 
@@ -164,7 +176,10 @@ class _HttpTransport:
         body: Any = parts[0] if len(parts) == 1 else _PartsPayload(parts)
         try:
             async with self._session.post(self.url, data=body, headers=self.headers) as response:
-                await response.read()
+                # The answer (an ExportTraceServiceResponse) is not used: read up to a bound so
+                # that the connection is reused, never more.
+                with contextlib.suppress(BodyTooLarge):
+                    await read_body(response, _MAX_ANSWER_BYTES)
                 if response.status < 300:
                     return
                 if response.status in _RETRY_HTTP:
@@ -216,11 +231,13 @@ class _GrpcTransport:
 class _Item:
     body: bytes
     spans: int
+    deadline: float  # monotonic; still unsent then, it is dropped as `expired`
 
 
 class OtlpSender:
     def __init__(self, settings: SenderSettings, *, metrics: Metrics, exporter: str = EXPORTER,
-                 on_unsupported: Callable[[str], None] | None = None) -> None:
+                 on_unsupported: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`exporter` names this sender in the exported/dropped counters. `on_unsupported(reason)`
         is called once if the receiver does not take this signal; later items are dropped as
         `unsupported`."""
@@ -228,40 +245,57 @@ class OtlpSender:
         self.exporter = exporter
         self._metrics = metrics
         self._on_unsupported = on_unsupported
+        self._clock = clock
         self.unsupported: str | None = None
         # Sending failures: the first as a WARNING at once, then a count per minute.
         self.failures = FailureLog(f"{exporter} to {settings.url}", log)
         self._queue: deque[_Item] = deque()
-        self._queued_bytes = 0
+        # Bytes held: queued and in flight. A batch that fails goes back to the head of the queue
+        # still counted, so the bound covers everything the sender holds through an outage.
+        self._held_bytes = 0
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._transport: _Transport | None = None
         self._in_flight = 0
         self._closing = False
+        self._failed_in_a_row = 0
+        self._paused_until = 0.0  # after a failed attempt every sender waits until then
         self._ok = metrics.exported_spans.labels(exporter=exporter, outcome="ok")
         self._failed = metrics.exported_spans.labels(exporter=exporter, outcome="failed")
 
     # -- input (never blocks, never grows past the bound) --
 
     def forward_raw(self, body: bytes, spans: int) -> bool:
-        """Queues serialized ExportTraceServiceRequest bytes. False when dropped."""
+        """Queues serialized ExportTraceServiceRequest bytes. False when dropped. A full queue
+        makes room by dropping its oldest items (`queue_full`): the newest data is what a
+        downstream that comes back most wants."""
         if self._closing:
             self._drop("shutdown", spans)
             return False
         if self.unsupported is not None:
             self._drop("unsupported", spans)
             return False
-        if self._queued_bytes + len(body) > self.settings.max_queue_bytes:
+        limit = self.settings.max_queue_bytes
+        if len(body) > limit:  # could never fit: the queued data stays
             self._drop("queue_full", spans)
             return False
-        self._queue.append(_Item(body, spans))
-        self._queued_bytes += len(body)
+        self._expire()
+        while self._queue and self._held_bytes + len(body) > limit:
+            oldest = self._queue.popleft()
+            self._held_bytes -= len(oldest.body)
+            self._drop("queue_full", oldest.spans)
+        if self._held_bytes + len(body) > limit:  # what is left is in flight
+            self._drop("queue_full", spans)
+            return False
+        self._queue.append(_Item(body, spans, self._clock() + self.settings.deadline_s))
+        self._held_bytes += len(body)
         self._wakeup.set()
         return True
 
     @property
     def queued_bytes(self) -> int:
-        return self._queued_bytes
+        """Bytes held: waiting in the queue or being sent."""
+        return self._held_bytes
 
     # -- lifecycle --
 
@@ -276,6 +310,8 @@ class OtlpSender:
     async def finish(self, deadline: Deadline) -> None:
         """Sends what is queued (until `deadline`), then drops the rest as `shutdown`."""
         self._closing = True
+        self._paused_until = min(self._paused_until, self._clock())  # one more try for what is queued
+        self._wakeup.set()
         while (self._queue or self._in_flight) and deadline.left() > 0 and self._tasks:
             await asyncio.sleep(0.01)
         for task in self._tasks:
@@ -285,7 +321,7 @@ class OtlpSender:
         while self._queue:
             item = self._queue.popleft()
             self._drop("shutdown", item.spans)
-        self._queued_bytes = 0
+        self._held_bytes = 0
 
     async def close(self) -> None:
         if self._transport is not None:
@@ -294,42 +330,64 @@ class OtlpSender:
 
     # -- sending --
 
-    def _take_batch(self) -> tuple[list[bytes], int]:
-        parts: list[bytes] = []
-        size = spans = 0
-        limit = self.settings.max_batch_bytes
-        while self._queue and (not parts or size + len(self._queue[0].body) <= limit):
+    def _expire(self) -> None:
+        """Drops the items at the head whose deadline passed (the queue is in deadline order)."""
+        now = self._clock()
+        while self._queue and self._queue[0].deadline <= now:
             item = self._queue.popleft()
-            parts.append(item.body)
+            self._held_bytes -= len(item.body)
+            self._drop("expired", item.spans)
+
+    def _take_batch(self) -> list[_Item]:
+        self._expire()
+        batch: list[_Item] = []
+        size = 0
+        limit = self.settings.max_batch_bytes
+        while self._queue and (not batch or size + len(self._queue[0].body) <= limit):
+            item = self._queue.popleft()
+            batch.append(item)
             size += len(item.body)
-            spans += item.spans
-        self._queued_bytes -= size
-        return parts, spans
+        return batch
+
+    def _give_back(self, batch: list[_Item]) -> None:
+        """A batch that could not go returns to the head of the queue, oldest first, still counted."""
+        self._queue.extendleft(reversed(batch))
+        self._wakeup.set()
+
+    def _settle(self, batch: list[_Item]) -> int:
+        """The batch left the sender (sent or dropped): its bytes are no longer held."""
+        self._held_bytes -= sum(len(item.body) for item in batch)
+        return sum(item.spans for item in batch)
 
     async def _sender(self) -> None:
         while True:
-            while not self._queue:
+            while not self._queue or self._paused_until > self._clock():
                 self._wakeup.clear()
-                await self._wakeup.wait()
-            body, spans = self._take_batch()
+                wait = self._paused_until - self._clock() if self._queue else None
+                # Woken by new data, or when the pause ends (the queue's deadlines are checked then).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait)
+                self._expire()
+            batch = self._take_batch()
+            if not batch:
+                continue
             self._in_flight += 1
             try:
-                await self._send_with_retries(body, spans)
+                await self._send(batch)
             except asyncio.CancelledError:
-                self._drop("shutdown", spans)
+                self._give_back(batch)  # finish() drops what is left as `shutdown`
                 raise
             finally:
                 self._in_flight -= 1
 
-    async def _send_with_retries(self, body: list[bytes], spans: int) -> None:
+    async def _send(self, batch: list[_Item]) -> None:
+        """One attempt. A failure worth retrying puts the batch back and pauses every sender for
+        the backoff; the batch's items then wait for the endpoint until their deadline."""
         assert self._transport is not None
-        s = self.settings
-        transport = self._transport
         try:
-            async for attempt in s.backoff.retrying(retry_on=_Retryable, attempts=s.max_retries + 1):
-                with attempt:
-                    await transport.send(body)
+            await self._transport.send([item.body for item in batch])
         except _Rejected as exc:
+            spans = self._settle(batch)
             if exc.unsupported and self._on_unsupported is not None:
                 self._drop("unsupported", spans)
                 if self.unsupported is None:
@@ -340,11 +398,15 @@ class OtlpSender:
             self._failed.inc(spans)
             self._drop("rejected", spans)
         except _Retryable as exc:
-            self.failures.failed("unreachable", f"gave up on {spans} items after {s.max_retries + 1} attempts: {exc}")
-            self._failed.inc(spans)
-            self._drop("retries_exhausted", spans)
+            delay = self.settings.backoff.delay(self._failed_in_a_row, exc.retry_after_s)
+            self._failed_in_a_row += 1
+            self._paused_until = max(self._paused_until, self._clock() + delay)
+            self._give_back(batch)
+            self.failures.failed("unreachable", f"{exc}; {self._held_bytes} bytes wait in the queue for at most "
+                                                f"{self.settings.deadline_s:g} s")
         else:
-            self._ok.inc(spans)
+            self._failed_in_a_row = 0
+            self._ok.inc(self._settle(batch))
 
     def _drop(self, reason: str, spans: int) -> None:
         self._metrics.export_dropped.labels(exporter=self.exporter, reason=reason).inc(spans)

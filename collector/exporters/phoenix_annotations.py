@@ -184,7 +184,7 @@ class PhoenixAnnotations(HttpBackend):
     async def _post(self, path: str, data: list[dict[str, Any]]) -> tuple[int, str]:
         try:
             async with self.session.post(self.url + path, json={"data": data}) as response:
-                text = await response.text(errors="replace")
+                text = await self.answer_text(response)
                 if response.status in _RETRY_STATUS:
                     raise Unavailable(f"HTTP {response.status}", parse_retry_after(response.headers.get("Retry-After")))
                 return response.status, text

@@ -6,7 +6,11 @@ answers 200 only when every one passes, and its body says which failed.
 Access: the probes are always open (a kubelet sends no token). With a token configured,
 `/metrics` needs it unless `metrics.open`, and `/diagnostics/` always does. Without a token,
 `/diagnostics/` answers only on a loopback address: it names documents and may quote them, which
-is more than a scrape of numbers."""
+is more than a scrape of numbers.
+
+Connections keep the listeners' limits (collector/listeners.py): slow, idle or surplus clients
+are closed, so that they cannot take the port from the probes; no endpoint takes a body, and a
+request that declares one over 1 MB is refused before it is read."""
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +22,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from ctxprec.collector.components import Deadline
+from ctxprec.collector.listener_limits import ListenerLimits
 from ctxprec.collector.listener_security import ListenerSecurity, is_loopback
+from ctxprec.collector.listeners import ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -31,6 +37,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBES = ("/healthz", "/readyz")
 DIAGNOSTICS = "/diagnostics"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ctxprec"'}
+LISTENER = "metrics"
+_MAX_BODY_BYTES = 1024 * 1024  # aiohttp's default; nothing here reads a body
 
 
 class JsonAnswer(Protocol):
@@ -84,8 +92,9 @@ class JudgeReachable:
 
 class MetricsServer:
     def __init__(self, metrics: Metrics, *, host: str, port: int, security: ListenerSecurity | None = None,
-                 metrics_open: bool = False) -> None:
+                 metrics_open: bool = False, limits: ListenerLimits | None = None) -> None:
         self.metrics = metrics
+        self.guard = ListenerGuard(LISTENER, limits or ListenerLimits(), metrics, max_body_bytes=_MAX_BODY_BYTES)
         self.host = host
         self.port = port
         self.security = security or ListenerSecurity(name="metrics")
@@ -107,7 +116,7 @@ class MetricsServer:
         return f"{'https' if self.security.tls else 'http'}://{host}:{self.port}"
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         if path in PROBES:
             return await handler(request)
@@ -125,19 +134,15 @@ class MetricsServer:
         return await handler(request)
 
     async def start(self) -> None:
-        app = web.Application(middlewares=[self._guard])
+        app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=[self.guard.middleware, self._access])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         for path, handler in self.json_routes.items():
             app.router.add_get(path, _json_route(handler))
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, **self.guard.runner_options())
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.security.server_ssl_context())
-        await site.start()
-        server = site._server  # aiohttp exposes the bound port only here
-        if server is not None and server.sockets:  # type: ignore[union-attr]
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = await self.guard.serve(self._runner, self.host, self.port, self.security.server_ssl_context())
 
     async def finish(self, deadline: Deadline) -> None:
         return None  # it answers until the end: scrapes and probes during shutdown see it stopping

@@ -22,8 +22,9 @@ OTHER = "other"
 # that the configured receivers' series exist at 0 from the start, as Prometheus recommends:
 # a panel then shows 0, not "no data", and rate() sees the first error.
 RECEIVER_ERROR_REASONS: dict[str, tuple[str, ...]] = {
-    "otlp_http": ("unauthenticated", "too_large", "bad_body", "unsupported_media_type", "internal", "invalid_trace_id"),
-    "otlp_grpc": ("unauthenticated", "too_large", "bad_body", "internal", "invalid_trace_id"),
+    "otlp_http": ("unauthenticated", "too_large", "too_many_spans", "timeout", "bad_body", "unsupported_media_type",
+                  "internal", "invalid_trace_id"),
+    "otlp_grpc": ("unauthenticated", "too_large", "too_many_spans", "bad_body", "internal", "invalid_trace_id"),
     "kafka": ("empty", "too_large", "bad_json", "bad_event", "bad_body", "ingest_error", "invalid_trace_id"),
 }
 
@@ -131,6 +132,10 @@ class Metrics:
         # -- operational counters (kept few, bounded labels) --
         self.receiver_errors = Counter(
             "ctxprec_receiver_errors", "Rejected input, by receiver and reason.", ["receiver", "reason"], registry=r)
+        self.listener_refused = Counter(
+            "ctxprec_listener_connections_refused",
+            "Connections a listener closed or refused to protect itself, by listener and reason.",
+            ["listener", "reason"], registry=r)
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
         self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ctxprec.collector.config_types import (
+    Count,
     Listen,
     OptionalText,
     Positive,
@@ -32,6 +33,9 @@ class ReceiversConfig(BaseModel):
         flag="--receiver-tls-client-ca")
     max_request_mb: Positive = setting(16.0, "largest OTLP request accepted (compressed and decompressed), MB",
                                        flag="--max-request-mb")
+    max_spans_per_request: Count = setting(
+        100_000, "spans in one OTLP request at most (the SDKs send 512); a larger request is refused (HTTP 413, "
+                 "gRPC RESOURCE_EXHAUSTED) and counted", flag="--max-spans-per-request")
 
     @property
     def max_request_bytes(self) -> int:

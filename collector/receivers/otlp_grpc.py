@@ -4,6 +4,12 @@
 The method is registered with no request deserializer, so the handler gets the message bytes:
 they are decoded by the same function as every other input (one set of error messages) and
 passed on to span-mode forwarding untouched.
+
+The listeners' limits (listener_limits.py) become gRPC's own connection settings: a client must
+finish the connection handshake within the header timeout, a connection with no call for the
+idle timeout is closed (GOAWAY), open connections are capped, and every connection is renewed
+after half an hour, so a client cannot hold one forever and a scaled-out sidecar gets its share.
+gRPC enforces these itself, so they are not counted in `ctxprec_listener_connections_refused_total`.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import Any
 
 import grpc
 from ctxprec.collector.components import Deadline, TraceConsumer
+from ctxprec.collector.listener_limits import ListenerLimits
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
@@ -30,16 +37,25 @@ _SLACK = 1024 * 1024
 # Export calls in flight when the receiver stops get this long to end, whatever the shutdown
 # deadline: they are short, and what they bring in still has the deadline to be scored.
 GRACE_S = 1.0
+# A connection is renewed after this long (GOAWAY; calls under way get the grace to finish).
+MAX_CONNECTION_AGE_S = 30 * 60
+MAX_CONNECTION_AGE_GRACE_S = 30
+# Unanswered keepalive pings close a connection whose peer is gone after this long.
+KEEPALIVE_TIMEOUT_S = 20
 
 
 class OtlpGrpcReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
-        """Listens on `config.otlp_grpc`, with the receivers' auth, TLS and size limit."""
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None,
+                 limits: ListenerLimits | None = None) -> None:
+        """Listens on `config.otlp_grpc`, with the receivers' auth, TLS and size limits and the
+        listeners' connection `limits`."""
         config = config or ReceiversConfig()
         if config.otlp_grpc is None:
             raise ValueError("receivers.otlp_grpc: the OTLP/gRPC receiver needs a listen address")
         self.host, self.requested_port = config.otlp_grpc
         self.max_bytes = config.max_request_bytes
+        self.max_spans = config.max_spans_per_request
+        self.limits = limits or ListenerLimits()
         self.security = config.security()
         self._target = target
         self._metrics = metrics
@@ -47,9 +63,17 @@ class OtlpGrpcReceiver:
         self.port: int | None = None
 
     async def start(self) -> None:
+        limits = self.limits
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", self.max_bytes + _SLACK),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.server_handshake_timeout_ms", _ms(limits.header_timeout_s)),
+            ("grpc.max_connection_idle_ms", _ms(limits.idle_timeout_s)),
+            ("grpc.keepalive_time_ms", _ms(limits.idle_timeout_s)),
+            ("grpc.keepalive_timeout_ms", _ms(KEEPALIVE_TIMEOUT_S)),
+            ("grpc.max_connection_age_ms", _ms(MAX_CONNECTION_AGE_S)),
+            ("grpc.max_connection_age_grace_ms", _ms(MAX_CONNECTION_AGE_GRACE_S)),
+            ("grpc.max_allowed_incoming_connections", limits.max_connections),
         ])
         handler = grpc.method_handlers_generic_handler(SERVICE, {
             "Export": grpc.unary_unary_rpc_method_handler(
@@ -89,7 +113,7 @@ class OtlpGrpcReceiver:
                                   "unauthenticated")
         try:
             request, raw = decode_with_raw(body, content_type=_PROTOBUF, content_encoding=None,
-                                           max_bytes=self.max_bytes)
+                                           max_bytes=self.max_bytes, max_spans=self.max_spans)
         except DecodeError as exc:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.http_status == 413 else grpc.StatusCode.INVALID_ARGUMENT
             await self._abort(context, code, exc.message, exc.reason)
@@ -104,3 +128,7 @@ class OtlpGrpcReceiver:
     async def _abort(self, context: Any, code: grpc.StatusCode, message: str, reason: str) -> None:
         self._metrics.receiver_errors.labels(receiver=RECEIVER, reason=reason).inc()
         await context.abort(code, message)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

@@ -1,9 +1,12 @@
 """OTLP/HTTP receiver: POST /v1/traces, protobuf or JSON (port 4318 by default).
 
 Responses follow OTLP/HTTP: an `ExportTraceServiceResponse` in the request's encoding on
-success, a `google.rpc.Status` with a message on error (400 bad body, 401 missing token, 413 too
-large, 415 unsupported type). aiohttp's own request decompression is off: the decoder inflates
-gzip itself with a bound on the output, so a small body cannot expand without limit.
+success, a `google.rpc.Status` with a message on error (400 bad body, 401 missing token, 408 body
+too slow, 413 too large or too many spans, 415 unsupported type). aiohttp's own request
+decompression is off: the decoder inflates gzip itself with a bound on the output, so a small
+body cannot expand without limit. Connections keep the listeners' limits (collector/listeners.py:
+header, body and idle timeouts, a cap on open connections, a Content-Length over the limit
+refused before it is read).
 """
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ import json
 import logging
 from aiohttp import web
 from ctxprec.collector.components import Deadline, TraceConsumer
+from ctxprec.collector.listener_limits import ListenerLimits
+from ctxprec.collector.listeners import BodyRefused, ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.receivers.otlp_decode import (
     DecodeError,
-    decode_with_raw,
+    decode_sharing_loop,
     is_json,
     media_type,
 )
@@ -29,36 +34,37 @@ log = logging.getLogger(__name__)
 RECEIVER = "otlp_http"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-_GRPC_CODE = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 413: code_pb2.RESOURCE_EXHAUSTED,
-              415: code_pb2.INVALID_ARGUMENT, 500: code_pb2.INTERNAL}
+_GRPC_CODE = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 408: code_pb2.DEADLINE_EXCEEDED,
+              413: code_pb2.RESOURCE_EXHAUSTED, 415: code_pb2.INVALID_ARGUMENT, 500: code_pb2.INTERNAL}
 
 
 class OtlpHttpReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None) -> None:
-        """Listens on `config.otlp_http`, with the receivers' auth, TLS and size limit."""
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None,
+                 limits: ListenerLimits | None = None) -> None:
+        """Listens on `config.otlp_http`, with the receivers' auth, TLS and size limits and the
+        listeners' connection `limits`."""
         config = config or ReceiversConfig()
         if config.otlp_http is None:
             raise ValueError("receivers.otlp_http: the OTLP/HTTP receiver needs a listen address")
         self.host, self.requested_port = config.otlp_http
         self.max_bytes = config.max_request_bytes  # per request, compressed and decompressed
+        self.max_spans = config.max_spans_per_request
         self.security = config.security()
+        self.guard = ListenerGuard(RECEIVER, limits or ListenerLimits(), metrics, max_body_bytes=self.max_bytes,
+                                   refusal=self._refusal)
         self._target = target
         self._metrics = metrics
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=self.max_bytes)
+        app = web.Application(client_max_size=self.max_bytes, middlewares=[self.guard.middleware])
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, handle_signals=False,
+                                     **self.guard.runner_options())
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self.requested_port,
-                                 ssl_context=self.security.server_ssl_context())
-        await self._site.start()
-        server = self._site._server  # the bound socket tells the real port when 0 was asked for
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
+        self.port = await self.guard.serve(self._runner, self.host, self.requested_port,
+                                           self.security.server_ssl_context())
 
     async def finish(self, deadline: Deadline) -> None:
         """Stop listening; requests being handled run to their end (they are short)."""
@@ -79,14 +85,13 @@ class OtlpHttpReceiver:
         if not self.security.authorized(request.headers.get("Authorization")):
             return self._error(401, "missing or invalid bearer token", as_json, "unauthenticated")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._error(413, f"request body is over the limit of {self.max_bytes} bytes",
-                               as_json, "too_large")
+            body = await self.guard.read_body(request)
+        except BodyRefused as exc:
+            return self._error(exc.status, exc.message, as_json, exc.reason)
         try:
-            decoded, raw = decode_with_raw(body, content_type=content_type,
-                                           content_encoding=request.headers.get("Content-Encoding"),
-                                           max_bytes=self.max_bytes)
+            decoded, raw = await decode_sharing_loop(body, content_type=content_type,
+                                                     content_encoding=request.headers.get("Content-Encoding"),
+                                                     max_bytes=self.max_bytes, max_spans=self.max_spans)
         except DecodeError as exc:
             unsupported = exc.http_status == 415 and media_type(content_type) not in (PROTOBUF, JSON)
             return self._error(exc.http_status, exc.message, as_json or unsupported, exc.reason)
@@ -98,6 +103,10 @@ class OtlpHttpReceiver:
         if as_json:
             return web.Response(body=b"{}", content_type=JSON)
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type=PROTOBUF)
+
+    def _refusal(self, request: web.Request, status: int, message: str) -> web.Response:
+        """A request the listener refused before reading it (a Content-Length over the limit)."""
+        return self._error(status, message, is_json(request.headers.get("Content-Type")), "too_large")
 
     def _error(self, status: int, message: str, as_json: bool, reason: str) -> web.Response:
         self._metrics.receiver_errors.labels(receiver=RECEIVER, reason=reason).inc()

@@ -62,11 +62,17 @@ class JudgeBadResponse(JudgeError):
     kind = "bad_response"
 
 
+class JudgeResponseTooLarge(JudgeError):
+    """The judge's answer was longer than `max_response_mb`: cut off there and not read."""
+
+    kind = "judge_response_too_large"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestEvent:
     """Reported once per HTTP attempt, so that the collector can count requests by outcome
     without the scorer knowing about Prometheus. outcome: ok | rate_limited | server_error |
-    timeout | client_error | connection_error | circuit_open | bad_response."""
+    timeout | client_error | connection_error | circuit_open | bad_response | response_too_large."""
 
     model: str
     outcome: str
@@ -84,6 +90,7 @@ RequestObserver = Callable[[RequestEvent], None]
 # Every outcome a remote judge's RequestEvent can carry (metrics start each at 0).
 REQUEST_OUTCOMES = (
     "ok", "rate_limited", "server_error", "timeout", "client_error", "connection_error", "circuit_open", "bad_response",
+    "response_too_large",
 )
 
 

@@ -22,6 +22,7 @@ from ctxprec.scorer.judge.chat import (
     JudgeBadResponse,
     JudgeError,
     JudgeRateLimited,
+    JudgeResponseTooLarge,
     JudgeTimeout,
     JudgeUnavailable,
     RequestEvent,
@@ -38,7 +39,10 @@ from ctxprec.scorer.retry import Backoff
 log = logging.getLogger(__name__)
 
 # Outcomes worth another attempt. A client error (400, 401, 404...) would fail the same way again.
-RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection_error", "bad_response"})
+# An answer over the size limit is tried again like any other unusable answer: each attempt reads
+# at most the limit, and a judge that keeps doing it opens the breaker.
+RETRYABLE = frozenset({"rate_limited", "server_error", "timeout", "connection_error", "bad_response",
+                       "response_too_large"})
 # Prompt tokens per unit of work for the adaptive limit: reading a token costs about a tenth of
 # writing one.
 _PROMPT_TOKENS_PER_UNIT = 10
@@ -340,6 +344,8 @@ class LimitedChatClient:
             failure = JudgeTimeout(message)
         elif error.outcome == "bad_response":
             failure = JudgeBadResponse(message)
+        elif error.outcome == "response_too_large":
+            failure = JudgeResponseTooLarge(message)
         else:
             failure = JudgeError(message, kind=error.outcome)
         failure.attempts = attempts

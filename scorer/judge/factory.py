@@ -48,7 +48,8 @@ def make_chat_client(config: JudgeConfig, observer: RequestObserver | None = Non
     if route.api_key is None and route.api_base.rstrip("/") == OPENAI_DEFAULT_BASE:
         raise ValueError("api_key: OpenAI needs an API key; set OPENAI_API_KEY or the judge's api_key")
     transport = OpenAIDirectTransport(
-        api_base=route.api_base, model=route.model, api_key=route.api_key, pool_size=max(config.concurrency, 1)
+        api_base=route.api_base, model=route.model, api_key=route.api_key, pool_size=max(config.concurrency, 1),
+        max_response_bytes=int(config.max_response_mb * 1024 * 1024),
     )
     return LimitedChatClient(transport, model=config.model, config=config, observer=observer)
 

@@ -10,17 +10,22 @@ import json
 from typing import Any, Sequence
 
 import aiohttp
+from ctxprec.scorer.config import JudgeConfig
+from ctxprec.scorer.http_body import BodyTooLarge, read_body
 from ctxprec.scorer.judge.chat import ChatMessage
 from ctxprec.scorer.judge.client import AttemptError, TransportReply, status_outcome
 from ctxprec.scorer.retry import parse_retry_after
 
 _MAX_ERROR_TEXT = 300
+MAX_RESPONSE_BYTES = int(JudgeConfig.max_response_mb * 1024 * 1024)  # the setting's default
 
 
 class OpenAIDirectTransport:
-    def __init__(self, *, api_base: str, model: str, api_key: str | None = None, pool_size: int = 100) -> None:
+    def __init__(self, *, api_base: str, model: str, api_key: str | None = None, pool_size: int = 100,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         """`model` is the name the server knows (no litellm provider prefix); `api_base` is the URL
-        that `/chat/completions` is appended to (e.g. https://api.openai.com/v1)."""
+        that `/chat/completions` is appended to (e.g. https://api.openai.com/v1). An answer longer
+        than `max_response_bytes` is not read past that (`response_too_large`)."""
         self.url = api_base.rstrip("/") + "/chat/completions"
         self.model = model
         self.secrets: tuple[str, ...] = (api_key,) if api_key else ()
@@ -28,6 +33,7 @@ class OpenAIDirectTransport:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._pool_size = pool_size
+        self._max_response_bytes = max_response_bytes
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -67,9 +73,13 @@ class OpenAIDirectTransport:
         session = self._session or self._open()
         try:
             async with session.post(self.url, data=json.dumps(body).encode(), headers=self._headers) as response:
-                raw = await response.read()
                 status = response.status
+                raw = await read_body(response, self._max_response_bytes)
                 retry_after = response.headers.get("Retry-After") if status != 200 else None
+        except BodyTooLarge as exc:
+            # No status for a 200: the answer's length says nothing about the form it was asked in.
+            raise AttemptError("response_too_large", f"answer from {self.url} (HTTP {status}): {exc}",
+                               status=status if status != 200 else None) from None
         except aiohttp.ClientError as exc:
             # str(exc) of aiohttp errors names host and port, never our headers.
             raise AttemptError("connection_error", f"connection to {self.url} failed: {type(exc).__name__}: {exc}") from None

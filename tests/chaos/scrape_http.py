@@ -1,6 +1,8 @@
 """Reading the sidecar's own /metrics over HTTP, the way Prometheus does."""
 from __future__ import annotations
 
+import time
+
 import aiohttp
 
 from tests.collector.rag_app import scrape
@@ -13,6 +15,15 @@ async def scrape_metrics(metrics_url: str) -> Samples:
         async with session.get(f"{metrics_url}/metrics") as response:
             assert response.status == 200, response.status
             return scrape(await response.text())
+
+
+async def healthz_seconds(metrics_url: str, timeout_s: float = 2.0) -> float:
+    """How long /healthz took on a new connection; it must answer 200 within `timeout_s`."""
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        async with session.get(f"{metrics_url}/healthz") as response:
+            assert response.status == 200
+    return time.perf_counter() - started
 
 
 async def healthy(metrics_url: str) -> bool:

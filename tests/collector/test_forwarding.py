@@ -265,7 +265,7 @@ async def test_forwarder_retries_through_transient_failures(
         capture: OtlpCapture, downstream: str) -> None:
     metrics = Metrics()
     url = capture.http_url if downstream == "http" else capture.grpc_url
-    fw = OtlpSender(SenderSettings(url, backoff=Backoff(base_s=0.01, cap_s=5.0), max_retries=3), metrics=metrics)
+    fw = OtlpSender(SenderSettings(url, backoff=Backoff(base_s=0.01, cap_s=5.0)), metrics=metrics)
     await fw.start()
     try:
         capture.fail_next(2)
@@ -285,21 +285,24 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
         return metrics.registry.get_sample_value(
             "ctxprec_export_dropped_total", {"exporter": "span_forwarder", "reason": reason}) or 0.0
 
-    body = request_of(rag_trace(trace_id(False))).SerializeToString()
-    # Nothing listens on the port: every attempt fails, the queue fills, and the rest is dropped.
+    bodies = [request_of(rag_trace(trace_id(False))).SerializeToString() for _ in range(10)]
+    # Nothing listens on the port: every attempt fails; the queue keeps the newest two requests
+    # (the oldest make room), and those wait until their deadline.
     with __import__("socket").socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
-    fw = OtlpSender(SenderSettings(f"http://127.0.0.1:{dead_port}", max_queue_bytes=len(body) * 2,
-                                         backoff=Backoff(base_s=0.01, cap_s=0.02), max_retries=2, senders=1),
-                       metrics=metrics)
+    fw = OtlpSender(SenderSettings(f"http://127.0.0.1:{dead_port}", max_queue_bytes=max(map(len, bodies)) * 2,
+                                   backoff=Backoff(base_s=0.01, cap_s=0.02), deadline_s=0.5, senders=1),
+                    metrics=metrics)
     await fw.start()
     try:
-        results = [fw.forward_raw(body, 3) for _ in range(10)]
-        assert results[:2] == [True, True] and not any(results[2:])
+        assert all(fw.forward_raw(body, 3) for body in bodies)
         assert dropped("queue_full") == 24
+        assert [item.body for item in fw._queue] == bodies[-2:]
+        await asyncio.sleep(0.3)
+        assert dropped("expired") == 0 and fw.queued_bytes == len(bodies[-2]) + len(bodies[-1])
         deadline = time.monotonic() + 10
-        while dropped("retries_exhausted") < 6:
+        while dropped("expired") < 6:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
         assert fw.queued_bytes == 0
@@ -310,7 +313,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
     await rejecting.start()
     try:
         capture.fail_next(1, http_status=400)
-        rejecting.forward_raw(body, 3)
+        rejecting.forward_raw(bodies[0], 3)
         deadline = time.monotonic() + 5
         while dropped("rejected") < 3:
             assert time.monotonic() < deadline

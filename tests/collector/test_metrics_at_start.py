@@ -7,6 +7,7 @@ import asyncio
 import aiohttp
 from prometheus_client import generate_latest
 
+from ctxprec.collector.assembly.trace_buffer import EVICTION_REASONS
 from ctxprec.collector.metrics.registry import RECEIVER_ERROR_REASONS, Metrics
 from ctxprec.scorer.judge.chat import REQUEST_OUTCOMES
 from ctxprec.scorer.judge.local import FALLBACK_REASONS, LOCAL_OUTCOMES
@@ -56,6 +57,8 @@ async def test_local_judge_requests_are_counted_and_known_series_start_at_zero()
         assert value(before, "ctxprec_judge_requests_total", model="local", outcome="ok") == 0
         for reason in FALLBACK_REASONS:
             assert value(before, "ctxprec_local_judge_fallback_total", reason=reason) == 0
+        for reason in EVICTION_REASONS:
+            assert ("ctxprec_trace_evictions_total", (("reason", reason),)) in before
 
         app = RagApp(protocol="grpc", port=pipeline.otlp_grpc_port)
         app.openinference(QUERY, DOCS, ANSWER)

@@ -173,12 +173,23 @@ def test_json_with_wrong_types_names_the_field(mutate: object, expected: str) ->
     (b"[1, 2, 3]", "must be an object"),
     (b"\xff\xfe\x00", "UTF-8"),
     (b"[" * 100_000 + b"]" * 100_000, "JSON"),
+    # Python refuses to read an integer of more than 4,300 digits (a ValueError, not a JSON error).
+    (b'{"resourceSpans": ' + b"1" * 4_301 + b"}", "4300 digits"),
 ])
 def test_json_that_is_not_otlp(body: bytes, expected: str) -> None:
     with pytest.raises(DecodeError) as info:
         decode_export_request(body, content_type="application/json", content_encoding=None, max_bytes=MAX)
     assert info.value.http_status == 400
     assert expected in info.value.message
+
+
+def test_huge_integer_inside_an_otlp_value_is_a_400() -> None:
+    doc = _json_doc()
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"][1]["value"] = {"intValue": int("9" * 4_000)}
+    body = json.dumps(doc).encode()
+    with pytest.raises(DecodeError) as info:
+        decode_export_request(body, content_type="application/json", content_encoding=None, max_bytes=MAX)
+    assert info.value.http_status == 400 and "intValue" in info.value.message
 
 
 def test_empty_body_is_an_empty_request() -> None:

@@ -188,6 +188,17 @@ async def test_http_bad_input_is_rejected_clearly_and_receiver_keeps_serving(
     await stack.sink.wait_retrievals(2)
 
 
+async def test_http_json_with_an_integer_past_python_limit_is_a_counted_400(
+        make_stack: Callable[..., Awaitable[Stack]]) -> None:
+    stack = await make_stack()
+    body = b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": ' + b"7" * 4_301 + b"}]}]}]}"
+    status, answer, ctype = await post(stack.http_url, body, {"Content-Type": "application/json"})
+    assert status == 400 and ctype.startswith("application/json")
+    assert "4300 digits" in status_message(answer, ctype)
+    assert stack.value("ctxprec_receiver_errors_total", receiver="otlp_http", reason="bad_body") == 1
+    assert stack.value("ctxprec_receiver_errors_total", receiver="otlp_http", reason="internal") == 0
+
+
 async def test_http_json_request_gets_a_json_response(make_stack: Callable[..., Awaitable[Stack]]) -> None:
     stack = await make_stack()
     trace = trace_id(True)

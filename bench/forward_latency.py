@@ -48,7 +48,7 @@ def _sidecar(http_port: int, forward_to: str) -> None:
                             metrics=metrics, passthrough=writeback)
         await ingest.start()
         receiver = OtlpHttpReceiver(ingest, metrics=metrics,
-                                    config=ReceiversConfig(otlp_http=f"127.0.0.1:{http_port}"))
+                                    settings=ReceiversConfig(otlp_http=f"127.0.0.1:{http_port}").http())
         await receiver.start()
         await asyncio.Event().wait()  # until terminated
 

@@ -178,7 +178,7 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
     import aiohttp
     from ctxprec.collector.components import shutdown
     from ctxprec.collector.exporters.config import ExportConfig
-    from ctxprec.collector.exporters.sinks import build_sinks
+    from ctxprec.collector.exporters.sinks import SinkSettings, build_sinks
     from ctxprec.collector.metrics.registry import Metrics
     from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
     from ctxprec.collector.scoring.identity import ScorerIdentity
@@ -226,7 +226,7 @@ async def sink_alone(phoenix_url: str, scores: int) -> dict[str, Any]:
         await asyncio.sleep(1.0)
     metrics = Metrics()
     identity = ScorerIdentity(model="openai/stub", prompt_version="bench", annotator_kind="LLM", identifier="bench")
-    (sink,) = build_sinks(ExportConfig(sinks=f"phoenix={phoenix_url}"), identity, metrics)
+    (sink,) = build_sinks(SinkSettings.of(ExportConfig(sinks=f"phoenix={phoenix_url}")), identity, metrics)
     await sink.start()
     began_wall, began = time.monotonic(), time.process_time()
     for outcome in outcomes:

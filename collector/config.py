@@ -33,7 +33,7 @@ from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.kafka.config import KafkaConfig
-from ctxprec.collector.listener_limits import ListenerLimits
+from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.metrics.drift import DriftConfig
 from ctxprec.collector.receivers.config import ReceiversConfig
@@ -63,7 +63,7 @@ class ServeConfig(BaseSettings):
 
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="OTLP receivers")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="the metrics endpoint")
-    listeners: ListenerLimits = Field(default_factory=ListenerLimits,
+    listeners: ListenersConfig = Field(default_factory=ListenersConfig,
                                       description="limits every listener keeps on its connections")
     export: ExportConfig = Field(default_factory=ExportConfig,
                                 description="results written back over OTLP and into result sinks")

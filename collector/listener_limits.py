@@ -8,7 +8,7 @@ from ctxprec.collector.config_types import Count, Positive, setting
 from pydantic import BaseModel, ConfigDict
 
 
-class ListenerLimits(BaseModel):
+class ListenersConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
     header_timeout_s: Positive = setting(

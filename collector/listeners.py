@@ -40,7 +40,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from ctxprec.collector.failure_log import FailureLog
-from ctxprec.collector.listener_limits import ListenerLimits
+from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class BodyRefused(Exception):
 
 
 class ListenerGuard:
-    def __init__(self, name: str, limits: ListenerLimits, metrics: Metrics, *, max_body_bytes: int,
+    def __init__(self, name: str, limits: ListenersConfig, metrics: Metrics, *, max_body_bytes: int,
                  refusal: Refusal | None = None) -> None:
         """`name` labels the counter (`otlp_http`, `metrics`); `refusal` answers a refused request
         in the listener's format (plain text by default)."""
@@ -342,7 +342,7 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, target
 
 
-def descriptor_shortfall(listeners: int, limits: ListenerLimits) -> str | None:
+def descriptor_shortfall(listeners: int, limits: ListenersConfig) -> str | None:
     """A warning when the listeners' connection caps could use up the open-file limit (then a
     flood ends in `no_file_descriptors`, /healthz unanswered, instead of `too_many`)."""
     if listeners == 0:

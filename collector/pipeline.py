@@ -251,18 +251,22 @@ class Pipeline:
                                            hold_deadline_s=export.hold_deadline_s)
             self._add_exporter("span_writeback", self.writeback, grace_s=FORWARD_GRACE_S)
         else:
-            from ctxprec.collector.exporters.evaluator import EvaluatorExporter
+            from ctxprec.collector.exporters.evaluator import (
+                EvaluatorExporter,
+                EvaluatorSettings,
+            )
 
-            self.evaluator = EvaluatorExporter(export, self.identity, metrics=self.metrics, version=VERSION)
+            self.evaluator = EvaluatorExporter(EvaluatorSettings.of(export), self.identity, metrics=self.metrics,
+                                               version=VERSION)
             self._add_exporter("evaluator", self.evaluator, grace_s=EXPORTER_GRACE_S)
 
     def _add_backend_sinks(self) -> None:
         """`--sink`: scores into backends' own stores (Phoenix annotations, Langfuse scores)."""
         if not self.config.export.sinks:
             return
-        from ctxprec.collector.exporters.sinks import build_sinks
+        from ctxprec.collector.exporters.sinks import SinkSettings, build_sinks
 
-        self.sinks = build_sinks(self.config.export, self.identity, self.metrics)
+        self.sinks = build_sinks(SinkSettings.of(self.config.export), self.identity, self.metrics)
         for sink in self.sinks:
             name = f"sink_{sink.name}"
             self._add_exporter(name, sink, grace_s=FORWARD_GRACE_S)
@@ -284,16 +288,17 @@ class Pipeline:
         return ingest
 
     def _add_receivers(self) -> None:
-        config = self.config.receivers
-        if config.otlp_grpc is not None:
+        config, limits = self.config.receivers, self.config.listeners
+        grpc = config.grpc(limits)
+        if grpc is not None:
             from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 
-            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, config=config,
-                                                             limits=self.config.listeners))
-        if config.otlp_http is not None:
+            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=grpc))
+        http = config.http(limits)
+        if http is not None:
             from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 
-            receiver = OtlpHttpReceiver(self.ingest, metrics=self.metrics, config=config, limits=self.config.listeners)
+            receiver = OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=http)
             self.listener_guards.append(receiver.guard)
             self._add_receiver("otlp_http", receiver)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from ctxprec.collector.components import Deadline
@@ -60,24 +61,38 @@ _EVENT_KEYS = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value", "gen_a
                "gen_ai.evaluation.explanation", "error.type")
 
 
+@dataclass(frozen=True, slots=True)
+class EvaluatorSettings:
+    """The evaluator exporter: where its spans (and log records) go, and the score label's threshold."""
+
+    spans: SenderSettings
+    logs: SenderSettings | None  # None: no log records (--evaluation-logs off)
+    logs_on_trial: bool  # auto: log records stop, with one WARNING, where the endpoint does not take them
+    threshold: float
+
+    @classmethod
+    def of(cls, export: ExportConfig) -> "EvaluatorSettings":
+        if export.forward_to is None:
+            raise ValueError("export.forward_to: the evaluator exporter needs an OTLP endpoint")
+        logs = SenderSettings.of(export, LOGS) if export.evaluation_logs != "off" else None
+        return cls(SenderSettings.of(export, TRACES), logs, export.evaluation_logs == "auto", export.threshold)
+
+
 class EvaluatorExporter:
     """A `ResultSink`."""
 
-    def __init__(self, export: ExportConfig, identity: ScorerIdentity, *, metrics: Metrics,
+    def __init__(self, settings: EvaluatorSettings, identity: ScorerIdentity, *, metrics: Metrics,
                  version: str = VERSION) -> None:
-        """Writes to `export.forward_to`; `export.evaluation_logs` says whether log records go too."""
-        if export.forward_to is None:
-            raise ValueError("export.forward_to: the evaluator exporter needs an OTLP endpoint")
-        self.url = export.forward_to
+        self.url = settings.spans.url
         self.identity = identity
-        self.threshold = export.threshold
+        self.threshold = settings.threshold
         self.metrics = metrics
         self._version = version
-        self._spans = OtlpSender(SenderSettings.of(export, TRACES), metrics=metrics, exporter=EXPORTER)
+        self._spans = OtlpSender(settings.spans, metrics=metrics, exporter=EXPORTER)
         self._logs: OtlpSender | None = None
-        if export.evaluation_logs != "off":
-            on_unsupported = self._logs_unsupported if export.evaluation_logs == "auto" else None
-            self._logs = OtlpSender(SenderSettings.of(export, LOGS), metrics=metrics, exporter=LOGS_EXPORTER,
+        if settings.logs is not None:
+            on_unsupported = self._logs_unsupported if settings.logs_on_trial else None
+            self._logs = OtlpSender(settings.logs, metrics=metrics, exporter=LOGS_EXPORTER,
                                     on_unsupported=on_unsupported)
         self.emitted = 0
 

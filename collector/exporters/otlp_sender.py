@@ -67,6 +67,28 @@ _RETRY_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_E
 _EXPORT = ExportConfig()
 
 
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """The TLS block of an outbound OTLP connection (https:// or grpcs://): a CA to trust instead
+    of the system store, and a client certificate for mTLS. Shared by every sender."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def grpc_credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str | None) -> bytes | None:
+            return Path(path).read_bytes() if path else None
+
+        return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file), read(self.cert_file))
+
+
 @dataclass(slots=True)
 class SenderSettings:
     url: str
@@ -80,9 +102,7 @@ class SenderSettings:
     deadline_s: float = _EXPORT.queue_deadline_s
     backoff: Backoff = Backoff(base_s=0.1, cap_s=5.0, jitter=0.5)
     timeout_s: float = 10.0
-    ca_file: str | None = None  # https:// and grpcs://: trust this CA instead of the system store
-    cert_file: str | None = None  # client certificate for mTLS
-    key_file: str | None = None
+    tls: ClientTls = ClientTls()
 
     @classmethod
     def of(cls, export: ExportConfig, signal: str = TRACES) -> "SenderSettings":
@@ -92,7 +112,7 @@ class SenderSettings:
         return cls(url=export.forward_to, signal=signal, max_queue_bytes=export.max_queue_bytes,
                    deadline_s=export.queue_deadline_s,
                    headers=export_headers(export.forward_headers, signal),
-                   ca_file=export.ca_file, cert_file=export.cert_file, key_file=export.key_file)
+                   tls=ClientTls(export.ca_file, export.cert_file, export.key_file))
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -162,11 +182,7 @@ class _HttpTransport:
         parts = urlsplit(settings.url)
         self.url = signal_url(settings.url, settings.signal)
         self.headers = {"Content-Type": "application/x-protobuf", **settings.headers}
-        context: ssl.SSLContext | None = None
-        if parts.scheme == "https":
-            context = ssl.create_default_context(cafile=settings.ca_file)
-            if settings.cert_file:
-                context.load_cert_chain(settings.cert_file, settings.key_file)
+        context = settings.tls.ssl_context() if parts.scheme == "https" else None
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=settings.timeout_s),
             connector=aiohttp.TCPConnector(ssl=context if context is not None else False, limit=settings.senders * 2),
@@ -198,11 +214,7 @@ class _GrpcTransport:
         target = f"{parts.hostname}:{parts.port or 4317}"
         options = [("grpc.max_send_message_length", settings.max_batch_bytes * 2 + 1024)]
         if parts.scheme == "grpcs":
-            root = Path(settings.ca_file).read_bytes() if settings.ca_file else None
-            key = Path(settings.key_file).read_bytes() if settings.key_file else None
-            cert = Path(settings.cert_file).read_bytes() if settings.cert_file else None
-            credentials = grpc.ssl_channel_credentials(root, key, cert)
-            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+            self._channel = grpc.aio.secure_channel(target, settings.tls.grpc_credentials(), options=options)
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         # The service stub would serialize a message; the identity serializer sends the queued

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ctxprec.collector.components import Deadline
@@ -21,6 +22,20 @@ from ctxprec.collector.scoring.identity import ScorerIdentity
 log = logging.getLogger(__name__)
 
 PHOENIX_API_KEY = "PHOENIX_API_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """The result sinks: which backends, the score label's threshold, and each sink's queue."""
+
+    targets: tuple[SinkTarget, ...]
+    threshold: float
+    max_queue: int  # scores waiting per sink
+    deadline_s: float  # longest a score waits to reach its backend
+
+    @classmethod
+    def of(cls, export: ExportConfig) -> "SinkSettings":
+        return cls(export.sinks, export.threshold, export.sink_max_queue, export.sink_deadline_s)
 
 
 class BackendSink:
@@ -55,22 +70,22 @@ class BackendSink:
         await self.queue.close()
 
 
-def build_sinks(export: ExportConfig, identity: ScorerIdentity, metrics: Metrics, *,
+def build_sinks(settings: SinkSettings, identity: ScorerIdentity, metrics: Metrics, *,
                 environ: Mapping[str, str] | None = None) -> list[BackendSink]:
-    """One sink per `export.sinks` entry. Raises ValueError for a sink that cannot work (Langfuse
-    keys missing, its SDK not installed), so that the start fails with the reason."""
+    """One sink per target. Raises ValueError for a sink that cannot work (Langfuse keys missing,
+    its SDK not installed), so that the start fails with the reason."""
     env = os.environ if environ is None else environ
     names: dict[str, int] = {}
     sinks: list[BackendSink] = []
-    for target in export.sinks:
+    for target in settings.targets:
         # Two sinks of one kind get their own counter labels: phoenix, phoenix_2, ...
         names[target.kind] = names.get(target.kind, 0) + 1
         exporter = target.kind if names[target.kind] == 1 else f"{target.kind}_{names[target.kind]}"
-        sinks.append(_build(target, exporter, export, identity, metrics, env))
+        sinks.append(_build(target, exporter, settings, identity, metrics, env))
     return sinks
 
 
-def _build(target: SinkTarget, exporter: str, export: ExportConfig, identity: ScorerIdentity, metrics: Metrics,
+def _build(target: SinkTarget, exporter: str, settings: SinkSettings, identity: ScorerIdentity, metrics: Metrics,
            env: Mapping[str, str]) -> BackendSink:
     what = f"{target.kind} sink {target.url}"
     if target.kind == "phoenix":
@@ -82,9 +97,9 @@ def _build(target: SinkTarget, exporter: str, export: ExportConfig, identity: Sc
         phoenix = PhoenixAnnotations(target.url, api_key=env.get(PHOENIX_API_KEY) or None)
         # The linger gives a span forwarded at the same moment time to be stored by Phoenix, and
         # fills the batches: Phoenix's synchronous inserts take long, per request more than per item.
-        settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, linger_s=1.0)
-        queue: SinkQueue[Any] = SinkQueue(phoenix, exporter=exporter, what=what, metrics=metrics, settings=settings)
-        return BackendSink(target, queue, lambda o: annotations_of(o, identity, threshold=export.threshold))
+        queue: SinkQueue[Any] = SinkQueue(phoenix, exporter=exporter, what=what, metrics=metrics, settings=QueueSettings(
+            max_items=settings.max_queue, deadline_s=settings.deadline_s, linger_s=1.0))
+        return BackendSink(target, queue, lambda o: annotations_of(o, identity, threshold=settings.threshold))
     if target.kind == "langfuse":
         from ctxprec.collector.exporters.langfuse_scores import (
             ENVIRONMENT,
@@ -92,10 +107,9 @@ def _build(target: SinkTarget, exporter: str, export: ExportConfig, identity: Sc
             LangfuseScores,
         )
 
-        langfuse = LangfuseScores(target.url, identity, keys=LangfuseKeys.from_env(env), threshold=export.threshold,
+        langfuse = LangfuseScores(target.url, identity, keys=LangfuseKeys.from_env(env), threshold=settings.threshold,
                                   environment=env.get(ENVIRONMENT) or None)
-        settings = QueueSettings(max_items=export.sink_max_queue, deadline_s=export.sink_deadline_s, max_batch=50,
-                                 linger_s=0.2)
-        queue = SinkQueue(langfuse, exporter=exporter, what=what, metrics=metrics, settings=settings)
+        queue = SinkQueue(langfuse, exporter=exporter, what=what, metrics=metrics, settings=QueueSettings(
+            max_items=settings.max_queue, deadline_s=settings.deadline_s, max_batch=50, linger_s=0.2))
         return BackendSink(target, queue, langfuse.score_of)
     raise ValueError(f"unknown sink kind {target.kind!r}")

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from ctxprec.collector.components import Deadline
-from ctxprec.collector.listener_limits import ListenerLimits
+from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.listener_security import ListenerSecurity, is_loopback
 from ctxprec.collector.listeners import ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
@@ -92,9 +92,9 @@ class JudgeReachable:
 
 class MetricsServer:
     def __init__(self, metrics: Metrics, *, host: str, port: int, security: ListenerSecurity | None = None,
-                 metrics_open: bool = False, limits: ListenerLimits | None = None) -> None:
+                 metrics_open: bool = False, limits: ListenersConfig | None = None) -> None:
         self.metrics = metrics
-        self.guard = ListenerGuard(LISTENER, limits or ListenerLimits(), metrics, max_body_bytes=_MAX_BODY_BYTES)
+        self.guard = ListenerGuard(LISTENER, limits or ListenersConfig(), metrics, max_body_bytes=_MAX_BODY_BYTES)
         self.host = host
         self.port = port
         self.security = security or ListenerSecurity(name="metrics")

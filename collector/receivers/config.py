@@ -1,5 +1,9 @@
-"""Settings of the OTLP receivers (YAML section `receivers`)."""
+"""Settings of the OTLP receivers: the YAML section `receivers` (`ReceiversConfig`), and what each
+receiver is built with (`OtlpReceiverSettings`: its own address, with the limits, auth and TLS
+the two receivers share)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ctxprec.collector.config_types import (
     Count,
@@ -9,8 +13,22 @@ from ctxprec.collector.config_types import (
     ReadableFile,
     setting,
 )
+from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.listener_security import ListenerSecurity, read_token_file
 from pydantic import BaseModel, ConfigDict, model_validator
+
+
+@dataclass(frozen=True, slots=True)
+class OtlpReceiverSettings:
+    """One OTLP receiver: where it listens, what a request may hold, who may send, and the limits
+    it keeps on its connections."""
+
+    host: str
+    port: int
+    max_bytes: int  # per request, compressed and decompressed
+    max_spans: int
+    security: ListenerSecurity
+    limits: ListenersConfig
 
 
 class ReceiversConfig(BaseModel):
@@ -40,6 +58,21 @@ class ReceiversConfig(BaseModel):
     @property
     def max_request_bytes(self) -> int:
         return int(self.max_request_mb * 1024 * 1024)
+
+    def grpc(self, limits: ListenersConfig | None = None) -> OtlpReceiverSettings | None:
+        """The OTLP/gRPC receiver's settings; None when it is off."""
+        return self._receiver(self.otlp_grpc, limits)
+
+    def http(self, limits: ListenersConfig | None = None) -> OtlpReceiverSettings | None:
+        """The OTLP/HTTP receiver's settings; None when it is off."""
+        return self._receiver(self.otlp_http, limits)
+
+    def _receiver(self, listen: tuple[str, int] | None, limits: ListenersConfig | None) -> OtlpReceiverSettings | None:
+        if listen is None:
+            return None
+        return OtlpReceiverSettings(host=listen[0], port=listen[1], max_bytes=self.max_request_bytes,
+                                    max_spans=self.max_spans_per_request, security=self.security(),
+                                    limits=limits or ListenersConfig())
 
     def security(self) -> ListenerSecurity:
         token = self.auth_token

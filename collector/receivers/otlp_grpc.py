@@ -18,9 +18,8 @@ from typing import Any
 
 import grpc
 from ctxprec.collector.components import Deadline, TraceConsumer
-from ctxprec.collector.listener_limits import ListenerLimits
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.config import OtlpReceiverSettings
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
@@ -45,18 +44,12 @@ KEEPALIVE_TIMEOUT_S = 20
 
 
 class OtlpGrpcReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None,
-                 limits: ListenerLimits | None = None) -> None:
-        """Listens on `config.otlp_grpc`, with the receivers' auth, TLS and size limits and the
-        listeners' connection `limits`."""
-        config = config or ReceiversConfig()
-        if config.otlp_grpc is None:
-            raise ValueError("receivers.otlp_grpc: the OTLP/gRPC receiver needs a listen address")
-        self.host, self.requested_port = config.otlp_grpc
-        self.max_bytes = config.max_request_bytes
-        self.max_spans = config.max_spans_per_request
-        self.limits = limits or ListenerLimits()
-        self.security = config.security()
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings) -> None:
+        self.host, self.requested_port = settings.host, settings.port
+        self.max_bytes = settings.max_bytes
+        self.max_spans = settings.max_spans
+        self.limits = settings.limits
+        self.security = settings.security
         self._target = target
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None

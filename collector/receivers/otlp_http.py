@@ -14,10 +14,9 @@ import json
 import logging
 from aiohttp import web
 from ctxprec.collector.components import Deadline, TraceConsumer
-from ctxprec.collector.listener_limits import ListenerLimits
 from ctxprec.collector.listeners import BodyRefused, ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.receivers.config import OtlpReceiverSettings
 from ctxprec.collector.receivers.otlp_decode import (
     DecodeError,
     decode_sharing_loop,
@@ -39,18 +38,12 @@ _GRPC_CODE = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 408
 
 
 class OtlpHttpReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, config: ReceiversConfig | None = None,
-                 limits: ListenerLimits | None = None) -> None:
-        """Listens on `config.otlp_http`, with the receivers' auth, TLS and size limits and the
-        listeners' connection `limits`."""
-        config = config or ReceiversConfig()
-        if config.otlp_http is None:
-            raise ValueError("receivers.otlp_http: the OTLP/HTTP receiver needs a listen address")
-        self.host, self.requested_port = config.otlp_http
-        self.max_bytes = config.max_request_bytes  # per request, compressed and decompressed
-        self.max_spans = config.max_spans_per_request
-        self.security = config.security()
-        self.guard = ListenerGuard(RECEIVER, limits or ListenerLimits(), metrics, max_body_bytes=self.max_bytes,
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings) -> None:
+        self.host, self.requested_port = settings.host, settings.port
+        self.max_bytes = settings.max_bytes
+        self.max_spans = settings.max_spans
+        self.security = settings.security
+        self.guard = ListenerGuard(RECEIVER, settings.limits, metrics, max_body_bytes=self.max_bytes,
                                    refusal=self._refusal)
         self._target = target
         self._metrics = metrics

@@ -91,9 +91,8 @@ async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitab
                                                     flush_interval_s=0.02))
         await ingest.start()
         listen = ReceiversConfig(otlp_http="127.0.0.1:0", otlp_grpc="127.0.0.1:0")
-        http = OtlpHttpReceiver(ingest, metrics=metrics, config=listen)
-        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics,
-                                         config=listen)
+        http = OtlpHttpReceiver(ingest, metrics=metrics, settings=listen.http())
+        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics, settings=listen.grpc())
         await http.start()
         await grpc_receiver.start()
         mode = Mode(capture, metrics, sink, writeback, ingest, http, grpc_receiver)

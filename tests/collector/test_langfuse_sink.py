@@ -27,7 +27,7 @@ from ctxprec.collector import config as config_module
 from ctxprec.collector import serve as serve_module
 from ctxprec.collector.components import shutdown
 from ctxprec.collector.exporters.langfuse_scores import score_id
-from ctxprec.collector.exporters.sinks import build_sinks
+from ctxprec.collector.exporters.sinks import SinkSettings, build_sinks
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
 from ctxprec.collector.scoring.identity import ScorerIdentity
@@ -186,7 +186,7 @@ async def sink_with(receiver: LangfuseReceiver, *flags: str) -> tuple[Any, Metri
     config_module.add_arguments(parser)
     config = config_module.load(parser.parse_args(["--sink", f"langfuse={receiver.url}", *flags]), environ={})
     metrics = Metrics()
-    (sink,) = build_sinks(config.export, IDENTITY, metrics)
+    (sink,) = build_sinks(SinkSettings.of(config.export), IDENTITY, metrics)
     await sink.start()
     return sink, metrics
 

@@ -221,7 +221,7 @@ async def test_real_sdk_export_counts_every_convention() -> None:
     """Bytes as the OpenTelemetry SDK's OTLP/HTTP exporter writes them, through the receiver."""
     ingest, sink = make_ingest(rate=0.0)
     await ingest.start()
-    receiver = OtlpHttpReceiver(ingest, metrics=Metrics(), config=ReceiversConfig(otlp_http="127.0.0.1:0"))
+    receiver = OtlpHttpReceiver(ingest, metrics=Metrics(), settings=ReceiversConfig(otlp_http="127.0.0.1:0").http())
     await receiver.start()
     try:
         provider = TracerProvider(resource=Resource.create({"service.name": "sdk-app"}))

@@ -90,8 +90,8 @@ async def make_stack() -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
         await ingest.start()
         config = ReceiversConfig(otlp_http="127.0.0.1:0", otlp_grpc="127.0.0.1:0", max_request_mb=max_bytes / 2**20,
                                  **security)
-        http = OtlpHttpReceiver(ingest, metrics=metrics, config=config)
-        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics, config=config)
+        http = OtlpHttpReceiver(ingest, metrics=metrics, settings=config.http())
+        grpc_receiver = OtlpGrpcReceiver(ingest, metrics=metrics, settings=config.grpc())
         stack = Stack(metrics, sink, ingest, http, grpc_receiver)
         stacks.append(stack)
         await http.start()

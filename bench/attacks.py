@@ -52,16 +52,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import psutil
 
-from bench.common import (
-    baseline_code,
-    env_for,
-    free_port,
-    machine,
-    wait_http,
-    wait_port,
-    write_result,
-)
+from bench.common import baseline_code, env_for, machine, wait_http, wait_port, write_result
 from bench.ingest import _discard_server
+from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import rag_request
 
 FILE_LIMIT = 1024

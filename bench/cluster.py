@@ -41,6 +41,7 @@ from typing import Any
 
 from bench.common import machine, write_result
 from bench.kafka_consume import start_stub_judge
+from tests.kafka.serve_proc import metric_total
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6
@@ -139,18 +140,6 @@ def _scrape(port: int) -> str:
         return r.read().decode()
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
-
-
 def _owned(text: str) -> int:
     return len(set(re.findall(r'^ctxprec_kafka_consumer_lag\{[^}]*partition="(\d+)"', text, re.M)))
 
@@ -205,9 +194,9 @@ async def start_cluster(cluster: Cluster, broker: Any, topic: str, results: str,
             for i in range(3 * cluster.size)]
     await produce(broker.bootstrap, topic, ((None, e) for e in warm))
     if cluster.learning and cluster.size > 1:
-        await _wait(lambda: all(_metric(_scrape(p.metrics_port), "ctxprec_cluster_records_total", outcome="applied") > 0
+        await _wait(lambda: all(metric_total(_scrape(p.metrics_port), "ctxprec_cluster_records_total", outcome="applied") > 0
                                 for p in cluster.procs), "every cluster feed to read")
-    await _wait(lambda: sum(_metric(_scrape(p.metrics_port), "ctxprec_samples_total", service="bench-warm",
+    await _wait(lambda: sum(metric_total(_scrape(p.metrics_port), "ctxprec_samples_total", service="bench-warm",
                                     decision="evaluated") for p in cluster.procs) == len(warm), "warm-up scores")
 
 
@@ -222,7 +211,7 @@ async def stop_cluster(cluster: Cluster) -> None:
 
 
 def _evaluated(cluster: Cluster, service: str, decision: str = "evaluated") -> float:
-    return sum(_metric(_scrape(p.metrics_port), "ctxprec_samples_total", service=service, decision=decision)
+    return sum(metric_total(_scrape(p.metrics_port), "ctxprec_samples_total", service=service, decision=decision)
                for p in cluster.procs)
 
 
@@ -262,8 +251,8 @@ async def phase_throughput(cluster: Cluster, broker: Any, topic: str, results: s
     def caught_up() -> bool:
         if not cluster.learning or cluster.size == 1:
             return True
-        return all(_metric(_scrape(p.metrics_port), "ctxprec_cluster_records_total", outcome="applied")
-                   + _metric(_scrape(p.metrics_port), "ctxprec_samples_total", decision="evaluated")
+        return all(metric_total(_scrape(p.metrics_port), "ctxprec_cluster_records_total", outcome="applied")
+                   + metric_total(_scrape(p.metrics_port), "ctxprec_samples_total", decision="evaluated")
                    >= _evaluated(cluster, "bench-throughput") + _evaluated(cluster, "bench-warm")
                    for p in cluster.procs)
 
@@ -308,9 +297,9 @@ async def learning_round(cluster: Cluster, broker: Any, topic: str, sizes: Sizes
             for i, text in enumerate(texts):
                 if drop_at is None:
                     continue
-                if i not in alarmed and _metric(text, "ctxprec_precision_drift", service=service) == 1:
+                if i not in alarmed and metric_total(text, "ctxprec_precision_drift", service=service) == 1:
                     alarmed[i] = now - drop_at
-                if i not in raised and _metric(text, "ctxprec_sample_rate", service=service) > BASE_RATE:
+                if i not in raised and metric_total(text, "ctxprec_sample_rate", service=service) > BASE_RATE:
                     raised[i] = now - drop_at
             await asyncio.sleep(0.05)
 
@@ -386,8 +375,8 @@ async def phase_outage(cluster: Cluster, broker: Any, topic: str, redis: Any, si
     return {"events": len(events), "store_down_s": round(down_s, 1),
             "evaluated": int(_evaluated(cluster, "bench-outage")),
             "failed": int(_evaluated(cluster, "bench-outage", "failed")),
-            "breaker_opened": int(sum(_metric(t, "ctxprec_judge_shared_cache_breaker_opened_total") for t in texts)),
-            "reads_skipped": int(sum(_metric(t, "ctxprec_judge_shared_cache_total", operation="read",
+            "breaker_opened": int(sum(metric_total(t, "ctxprec_judge_shared_cache_breaker_opened_total") for t in texts)),
+            "reads_skipped": int(sum(metric_total(t, "ctxprec_judge_shared_cache_total", operation="read",
                                              outcome="skipped") for t in texts))}
 
 
@@ -431,7 +420,8 @@ def _worst(values: list[float]) -> float:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from tests.helpers.redis_server import RedisServer
-    from tests.kafka.tansu import Broker, free_port
+    from tests.helpers.processes import free_port
+    from tests.kafka.tansu import Broker
 
     sizes = QUICK if args.quick else FULL
     clusters = [Cluster("one", 1, True, True), Cluster("three", 3, True, True)]

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
@@ -69,12 +70,6 @@ def env_for(pythonpath: Path | None) -> dict[str, str]:
 
 
 # -- what the benchmarks that run `ctxprec serve` share --------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 def wait_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout

@@ -25,7 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from bench.common import machine, write_result
-from bench.ingest import SPANS_PER_TRACE, _DecidingSink, free_port, wait_port, writeback_to
+from bench.ingest import SPANS_PER_TRACE, _DecidingSink, wait_port, writeback_to
+from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import kv, realistic_rag_trace
 
 SPANS_PER_S = 5_000

@@ -28,7 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from bench.common import baseline_code, env_for, free_port, machine, wait_port, write_result
+from bench.common import baseline_code, env_for, machine, wait_port, write_result
+from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import SPANS_PER_REALISTIC_TRACE as SPANS_PER_TRACE
 from tests.helpers.rag_traces import kv, realistic_rag_trace
 

@@ -78,7 +78,8 @@ import yaml
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import free_port, machine, write_result
+from bench.common import machine, write_result
+from tests.helpers.processes import free_port
 from tests.helpers.framework_apps import AppRun, run_app
 from tests.helpers.js_apps import JsCell, run_js_app
 from tests.helpers.otlp_capture import OtlpCapture

@@ -134,7 +134,8 @@ def start_stub_judge() -> tuple[subprocess.Popen[str], str]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from tests.kafka.tansu import Broker, create_topic, free_port, produce
+    from tests.helpers.processes import free_port
+    from tests.kafka.tansu import Broker, create_topic, produce
 
     n = 6_000 if args.quick else 60_000
     n_scored = 200 if args.quick else 2_000

@@ -30,7 +30,8 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import free_port, wait_http, write_result
+from bench.common import wait_http, write_result
+from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import rag_request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, free_port, machine
+from bench.common import RESULTS, machine
+from tests.helpers.processes import free_port
 from tests.llm_judge.server import MODEL_ALIAS, LlamaServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,6 +25,7 @@ pipeline can empty itself before anything closes:
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -83,6 +84,15 @@ async def shutdown(component: Component, timeout_s: float) -> None:
         await component.finish(Deadline.after(timeout_s))
     finally:
         await component.close()
+
+
+async def cancelled(*tasks: "asyncio.Task[Any] | None") -> None:
+    """Cancels a component's background tasks and waits until they have ended (what they raise
+    on the way out is theirs, already logged: a stop does not fail for it)."""
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 class TraceConsumer(Protocol):

@@ -32,7 +32,7 @@ from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
-from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough
+from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough, cancelled
 from ctxprec.collector.loop_turns import CHUNK, LoopTurns
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
@@ -246,10 +246,8 @@ class OtlpIngest:
     async def finish(self, deadline: Deadline) -> None:
         """Hands every buffered trace to the sink now: no more spans can come for them (the
         receivers finished first), and scoring has what is left of the deadline for them."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
         self._ready.extend(self.buffer.pop_all())
         while self._ready:
             self._finish(self._ready.popleft())

@@ -29,7 +29,7 @@ from typing import Sequence
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from ctxprec.collector.cluster.records import Malformed, NotEvaluated, OtherScorer, peer_score
-from ctxprec.collector.components import Deadline, PeerScores
+from ctxprec.collector.components import Deadline, PeerScores, cancelled
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import until_connected
@@ -84,10 +84,8 @@ class ClusterFeed:
 
     async def finish(self, deadline: Deadline) -> None:
         """Stop learning: nothing downstream waits for it."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
 
     async def close(self) -> None:
         await self.finish(Deadline.after(0.0))

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from typing import Callable, Sequence
 
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.model import Decision, Outcome
 
@@ -76,10 +76,8 @@ class ActivityLog:
             self._task = asyncio.create_task(self._every_minute(), name="ctxprec-minute")
 
     async def finish(self, deadline: Deadline) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
 
     async def close(self) -> None:
         return None

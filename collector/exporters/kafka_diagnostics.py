@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.metrics.registry import Metrics
@@ -68,10 +68,8 @@ class KafkaDiagnosticsExporter:
     async def finish(self, deadline: Deadline) -> None:
         """The last round (when connected), within `deadline`: it runs after scoring finished,
         so it counts every score."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
         if self._producer is not None:
             try:
                 await asyncio.wait_for(self.write_round(), deadline.left())

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.connect import start_producer
 from ctxprec.collector.kafka.offsets import SequenceTracker
@@ -79,14 +79,10 @@ class KafkaResultsExporter:
     async def close(self) -> None:
         """Stop sending and close the producer (after the receiver's last commit, which waits on
         `flush`)."""
-        if self._sender is not None:
-            self._sender.cancel()
-            await asyncio.gather(self._sender, return_exceptions=True)
-            self._sender = None
+        await cancelled(self._sender)
+        self._sender = None
         self._stopped = True  # sends the producer fails while closing are not retried
-        for task in list(self._deliveries):
-            task.cancel()
-        await asyncio.gather(*self._deliveries, return_exceptions=True)
+        await cancelled(*self._deliveries)
         if self._own_producer and self._producer is not None:
             await self._producer.stop()
             self._producer = None

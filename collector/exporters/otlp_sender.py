@@ -35,7 +35,7 @@ import aiohttp
 import aiohttp.abc
 import aiohttp.payload
 import grpc
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
@@ -326,9 +326,7 @@ class OtlpSender:
         self._wakeup.set()
         while (self._queue or self._in_flight) and deadline.left() > 0 and self._tasks:
             await asyncio.sleep(0.01)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancelled(*self._tasks)
         self._tasks = []
         while self._queue:
             item = self._queue.popleft()

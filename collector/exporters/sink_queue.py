@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.scorer.retry import Backoff
@@ -173,10 +173,8 @@ class SinkQueue(Generic[T]):
         self._wakeup.set()
         while self.pending and deadline.left() > 0 and self._task is not None and not self._task.done():
             await asyncio.sleep(0.02)
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
         left = self.pending
         self._ready.clear()
         self._parked.clear()

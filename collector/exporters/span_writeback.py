@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ctxprec.collector.components import Deadline
+from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.exporters.attributes import outcome_attributes
 from ctxprec.collector.exporters.otlp_sender import OtlpSender
 from ctxprec.collector.metrics.registry import Metrics
@@ -170,10 +170,8 @@ class SpanWriteBack:
         then flushes the sender, which gets a moment more for what was queued last."""
         while self._held and deadline.left() > 0:
             await asyncio.sleep(0.02)
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
         self.expire(force=True)
         self._by_trace.clear()
         await self.sender.finish(Deadline.after(deadline.left() + SENDER_GRACE_S))

@@ -47,7 +47,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import IllegalStateError, KafkaError
-from ctxprec.collector.components import Deadline, RetrievalSink, TraceConsumer
+from ctxprec.collector.components import Deadline, RetrievalSink, TraceConsumer, cancelled
 from ctxprec.collector.kafka.config import KafkaReceiverSettings
 from ctxprec.collector.kafka.connect import until_connected
 from ctxprec.collector.metrics.registry import Metrics
@@ -190,9 +190,7 @@ class KafkaReceiver:
         """Hand nothing more to the pipeline, and let dead letters being written finish. Periodic
         commits go on, and the consumer stays in its group, until `close`."""
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancelled(self._task)
         self._task = None
         if self._dead_letters is not None:
             await self._dead_letters.wait(deadline)

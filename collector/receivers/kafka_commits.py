@@ -22,6 +22,7 @@ from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from ctxprec.collector.components import cancelled
 from ctxprec.collector.kafka.config import KafkaReceiverSettings
 from ctxprec.collector.kafka.offsets import PartitionOffsets
 from ctxprec.collector.metrics.registry import Metrics
@@ -126,10 +127,8 @@ class CommitPoint:
     async def close(self) -> None:
         """Freeze and commit what is done: the last commit before the consumer leaves its group."""
         self.frozen = True
-        if self._loop is not None:
-            self._loop.cancel()
-            await asyncio.gather(self._loop, return_exceptions=True)
-            self._loop = None
+        await cancelled(self._loop)
+        self._loop = None
         await self.commit(barrier_timeout_s=CLOSE_BARRIER_S)
         left = self.undone()
         if left:

@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from ctxprec.collector.components import Deadline, ResultSink, ScoreCosts
+from ctxprec.collector.components import Deadline, ResultSink, ScoreCosts, cancelled
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.scoring.identity import ScorerIdentity
@@ -141,9 +141,7 @@ class ScoringWorkers:
             except asyncio.TimeoutError:
                 log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
                             self._queue.qsize(), self.in_flight)
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await cancelled(*self._tasks)
             self._tasks = []
         while not self._queue.empty():
             r = self._queue.get_nowait()

@@ -6,7 +6,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.kafka.tansu import Broker, free_port
+from tests.helpers.processes import free_port
+from tests.kafka.tansu import Broker
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from tests.chaos.scrape_http import healthz_seconds, scrape_metrics, total
-from tests.kafka.tansu import free_port
+from tests.helpers.processes import free_port
 
 pytestmark = pytest.mark.slow  # a sidecar process per test (also slow by its folder, tests/conftest.py)
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.kafka.tansu import free_port
+from tests.helpers.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules"

@@ -20,7 +20,8 @@ from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp
 from ctxprec.collector.serve import serve
 from ctxprec.collector.stub_judge import StubJudge
 from tests.deploy.live_prometheus import Prometheus
-from tests.kafka.tansu import Broker, create_topic, free_port, produce
+from tests.helpers.processes import free_port
+from tests.kafka.tansu import Broker, create_topic, produce
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from tests.helpers.processes import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PHOENIX_VENV = REPO_ROOT / ".venv-phoenix"
@@ -68,12 +69,6 @@ def phoenix_executable(venv: Path = PHOENIX_VENV) -> Path:
             f"arize-phoenix=={PHOENIX_VERSION} into {venv.name}) and try again."
         )
     return exe
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PhoenixServer:

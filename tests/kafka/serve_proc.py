@@ -11,10 +11,24 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.kafka.tansu import free_port
+from tests.helpers.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CTXPREC = REPO / ".venv" / "bin" / "ctxprec"
+
+
+def metric_total(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of metric `name` in Prometheus text whose labels include `labels` (0
+    when there are none)."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
 
 
 @dataclass
@@ -72,16 +86,7 @@ class ServeProcess:
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a metric's samples whose labels include `labels` (0 when absent)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-            if all(got.get(k) == v for k, v in labels.items()):
-                total += float(m.group(3))
-        return total
+            return metric_total(r.read().decode(), name, **labels)
 
     def kill(self) -> None:
         """SIGKILL (no cleanup); a no-op when it is not running."""

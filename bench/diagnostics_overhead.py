@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    free_port,
     machine,
     process_cpu_s,
     wait_http,
     write_result,
 )
+from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import rag_request
 
 ROOT = Path(__file__).resolve().parent.parent

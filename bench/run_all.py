@@ -9,13 +9,16 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
+_PRINT = threading.Lock()
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 
 # Order matters only for reading: scorer first, then the sidecar, then Kafka.
@@ -177,6 +180,23 @@ def render(names: list[str], runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def run_one(name: str, flags: list[str], folder: Path, count: int) -> dict[str, Any]:
+    """Runs one benchmark in its own process; its output is printed when it ends."""
+    cmd = [sys.executable, "-m", f"bench.{name}", *flags]
+    started, began = time.monotonic(), time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    result = folder / f"{name}.json"
+    reported = result.exists() and result.stat().st_mtime >= began
+    with _PRINT:
+        print(f"[{BENCHMARKS.index(name) + 1 if name in BENCHMARKS else '-'}/{count}] {' '.join(cmd[1:])}")
+        sys.stdout.write(proc.stdout)
+        print(f"    exit {proc.returncode} after {time.monotonic() - started:.0f} s"
+              + ("" if reported else f"; no result written to {result.relative_to(ROOT)}"), flush=True)
+        if proc.returncode:
+            sys.stderr.write(proc.stderr[-2000:])
+    return {"returncode": proc.returncode, "tail": proc.stderr[-2000:], "reported": reported}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true",
@@ -185,25 +205,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
     parser.add_argument("--skip", nargs="*", default=[], help="leave these benchmarks out")
     parser.add_argument("--render-only", action="store_true", help="rewrite docs/BENCHMARKS.md from existing results")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="benchmarks run side by side (a --quick check only: side by side they measure each "
+                             "other)")
     args = parser.parse_args(argv)
+    if args.jobs > 1 and not args.quick:
+        parser.error("--jobs: benchmarks side by side disturb each other's figures; only with --quick")
     names = [n for n in (args.only or BENCHMARKS) if n not in args.skip]
-    runs: dict[str, dict[str, Any]] = {}
     folder = RESULTS / "quick" if args.quick else RESULTS
+    runs: dict[str, dict[str, Any]] = {}
     if not args.render_only:
-        for i, name in enumerate(names, 1):
-            cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else [])
-            print(f"[{i}/{len(names)}] {' '.join(cmd[1:])}", flush=True)
-            started = time.monotonic()
-            began = time.time()
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-            sys.stdout.write(proc.stdout)
-            result = folder / f"{name}.json"
-            reported = result.exists() and result.stat().st_mtime >= began
-            runs[name] = {"returncode": proc.returncode, "tail": proc.stderr[-2000:], "reported": reported}
-            print(f"    exit {proc.returncode} after {time.monotonic() - started:.0f} s"
-                  + ("" if reported else f"; no result written to {result.relative_to(ROOT)}"), flush=True)
-            if proc.returncode:
-                sys.stderr.write(proc.stderr[-2000:])
+        flags = ["--quick"] if args.quick else []
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            runs = dict(zip(names, pool.map(lambda name: run_one(name, flags, folder, len(names)), names)))
     failed = [name for name, run in runs.items() if run["returncode"] or not run["reported"]]
     if args.quick:
         print("\n".join(headline_table(names, folder)))

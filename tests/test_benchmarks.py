@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NEEDS_PHOENIX = ("sink_overhead",)
 
 
+@pytest.mark.timeout(900)
 def test_every_benchmark_runs_quickly_and_reports() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--skip", *NEEDS_PHOENIX],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # Two at a time, on the machine's two cores: figures are not read here, only that each runs.
+    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--jobs", "2", "--skip", *NEEDS_PHOENIX],
+                          cwd=ROOT, capture_output=True, text=True, timeout=840)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = [name for name in BENCHMARKS if name not in NEEDS_PHOENIX]
     for name in ran:

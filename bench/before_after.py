@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="pass --quick to the benchmark")
     parser.add_argument("--name", help="the result's name in bench/results/ (default <benchmark>_before_after)")
-    parser.add_argument("args", nargs="*", help="after --: more arguments for the benchmark")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # After `--`: the benchmark's own arguments.
+    args.args = extra[1:] if extra[:1] == ["--"] else extra
     pairs: list[dict[str, float]] = []
     with baseline_code(args.ref) as (commit, path):
         for i in range(args.rounds):

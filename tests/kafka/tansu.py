@@ -68,12 +68,12 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
 
 async def produce(bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]],
                   *, headers: list[tuple[str, bytes]] | None = None, max_request_size: int = 1024 * 1024,
-                  linger_ms: int = 5, batch_size: int = 16384) -> int:
-    """Send (key, value) pairs; returns how many. Waits for every delivery. A `batch_size` as
+                  linger_ms: int = 5, max_batch_size: int = 16384) -> int:
+    """Send (key, value) pairs; returns how many. Waits for every delivery. A `max_batch_size` as
     large as the whole lot, with a `linger_ms` long enough, lands it in one produce request: a
     reader then sees it arrive all at once, not in a trickle it might keep up with."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms,
-                                max_request_size=max_request_size, max_batch_size=batch_size)
+                                max_request_size=max_request_size, max_batch_size=max_batch_size)
     await producer.start()
     n = 0
     try:

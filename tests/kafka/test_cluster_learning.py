@@ -133,15 +133,17 @@ async def test_a_feed_that_falls_behind_skips_ahead_and_scoring_goes_on(broker: 
     await create_topic(broker.bootstrap, topic, 2)
     for t in (results, topic + ".dlq"):
         await create_topic(broker.bootstrap, t, 1)
-    flags, _ = await _two_replicas(broker, topic, results, stub_judge.url, tmp_path, ["--cluster-max-lag-records", "50"])
+    max_lag = 50
+    flags, _ = await _two_replicas(broker, topic, results, stub_judge.url, tmp_path,
+                                   ["--cluster-max-lag-records", str(max_lag)])
     async with running(flags) as a, running(flags) as b:
         await _settled(a, b)
         flood = [(None, b"\x00garbage" * 20) for _ in range(3000)]
         events = [_event(i) for i in range(EVENTS)]
         # The flood first: scoring must not wait behind it, and the feeds skip most of it. It lands
-        # in one batch, so each feed's next fetch finds it far more than 50 records behind (in a
+        # in one batch, so each feed's next fetch finds it far more than `max_lag` records behind (in a
         # trickle of small batches, a quick feed keeps up and has nothing to skip).
-        await asyncio.gather(produce(broker.bootstrap, results, flood, linger_ms=1000, batch_size=1024 * 1024),
+        await asyncio.gather(produce(broker.bootstrap, results, flood, linger_ms=1000, max_batch_size=1024 * 1024),
                              produce(broker.bootstrap, topic, events))
         await _until(lambda: _evaluated(a) + _evaluated(b) == EVENTS, "every event scored")
         await _until(lambda: all(_count(p, "malformed") + _count(p, "skipped") >= len(flood) for p in (a, b)),

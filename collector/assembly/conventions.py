@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ctxprec.collector.assembly.answers import (
@@ -31,7 +31,7 @@ from ctxprec.collector.assembly.answers import (
 from ctxprec.collector.assembly.documents import Found, read_documents
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
-from ctxprec.collector.assembly.table import RetrievalRule, Source, table
+from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.config_types import Count, OptionalText, setting
 from ctxprec.collector.model import Retrieval
@@ -41,6 +41,7 @@ OPENINFERENCE = "openinference"
 GENAI = "genai"
 OPENLLMETRY = "openllmetry"
 MASTRA = "mastra"
+TOOL = "tool"
 MAPPING = "mapping"  # the single `conventions.mapping`
 MAPPINGS = "mappings"  # in `order`: every entry of `conventions.mappings` not named there itself
 BUILT_IN = table().retrieval_names
@@ -52,7 +53,8 @@ _MAX_RULE_ATTRIBUTES = 64
 _MAX_RULE_VALUE_CHARS = 256
 
 __all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "CountedNests", "Extracted",
-           "GENAI", "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
+           "GENAI", "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "TOOL", "ToolsConfig",
+           "rule_attributes"]
 
 
 def _check_spec(value: str | None) -> str | None:
@@ -112,6 +114,37 @@ class MappingEntry(AttributeMapping):
                              built_in=False, when_declares=True)
 
 
+class ToolsConfig(BaseModel):
+    """Which agent tool calls are read as retrievals (YAML `conventions.tools`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    mode: str = setting("auto", "tool-call spans (GenAI execute_tool, OpenInference TOOL) whose result is a list "
+                                "of documents are retrievals: auto; off: no tool span is", choices=("auto", "off"))
+    include: tuple[str, ...] = setting((), "tool names (globs) always taken as retrievals, whatever their result's "
+                                           "shape (YAML only)")
+    exclude: tuple[str, ...] = setting((), "tool names (globs) never taken as retrievals (YAML only)")
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _names(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(n, str) and n.strip() for n in raw):
+            raise ValueError("must be a list of tool names or globs such as search_*")
+        return tuple(n.strip() for n in raw)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, raw: Any) -> Any:
+        value = str(raw).strip().lower() if isinstance(raw, (str, bool)) else raw
+        if value is False or value == "false":
+            value = "off"
+        if value not in ("auto", "off"):
+            raise ValueError(f"must be auto or off, got {raw!r}")
+        return value
+
+
 class ConventionConfig(BaseModel):
     """How retrievals are read from spans (YAML section `conventions`)."""
 
@@ -133,6 +166,7 @@ class ConventionConfig(BaseModel):
                                                       flag="--expected-output-attribute")
     max_contexts: Count = setting(100, "contexts scored per retrieval at most; the rest are counted, not scored")
     max_attribute_chars: Count = setting(20_000, "characters kept of each span attribute value of sampled traces")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="agent tool calls read as retrievals")
 
     @field_validator("order", mode="before")
     @classmethod
@@ -160,6 +194,13 @@ class ConventionConfig(BaseModel):
                              f"(name it, or add {MAPPINGS!r})")
         return self
 
+    def tool_match(self) -> ToolMatch | None:
+        """Tool spans and the tools taken or left (`tools`), whether or not the convention is on."""
+        rule = table().tool_rule
+        if rule is None or rule.tool is None:
+            return None
+        return replace(rule.tool, include=self.tools.include, exclude=self.tools.exclude)
+
     def rules(self) -> tuple[RetrievalRule, ...]:
         """The enabled rules in the order they are tried."""
         named = set(self.order)
@@ -169,6 +210,10 @@ class ConventionConfig(BaseModel):
             if name in BUILT_IN:
                 rule = table().convention(name).retrieval
                 assert rule is not None
+                if rule.tool is not None:
+                    if self.tools.mode == "off":
+                        continue
+                    rule = replace(rule, tool=self.tool_match())
                 out.append(rule)
             elif name == MAPPING:
                 if self.mapping is not None:
@@ -271,7 +316,7 @@ class Conventions:
             answer_source=answer.source,
             answer_clean=answer.clean,
             resource=span.resource,
-            documents_without_text=found.without_text,
+            documents_without_text=found.without_text or _content_off(group),
         )
         return Extracted(retrieval, span, found.dropped)
 
@@ -393,6 +438,12 @@ def _nests(candidates: list[_Candidate], tree: TraceTree) -> list[list[_Candidat
     for i, candidate in enumerate(candidates):
         groups.setdefault(find(i), []).append(candidate)
     return list(groups.values())
+
+
+def _content_off(group: list[_Candidate]) -> int:
+    """1 when no span of a nest recorded a query or a documents key (content capture off): the
+    retrieval is decided `no_content`, not `no_contexts`."""
+    return int(all(c.found.content_off for c in group))
 
 
 def _representatives(group: list[_Candidate], tree: TraceTree) -> list[_Candidate]:

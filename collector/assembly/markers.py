@@ -18,7 +18,8 @@ mappings), so a convention added to the table is counted here without code:
   are one retrieval) the resource gets the per-span look.
 - look: what no single byte pattern decides: a rule's `when` (its first attribute and value as a
   `Span.attributes` entry, or the key alone when the value could be written as a number or a
-  boolean), a source with
+  boolean), a tool rule's `declared` attributes (a tool span is a retrieval by its result's
+  shape), a source with
   `marker: look` (its attribute key or event name, length-prefixed). Any match means the caller
   decodes that resource's unsampled spans.
 
@@ -96,6 +97,11 @@ class ResourceCount:
 
 def look_markers(rule: RetrievalRule) -> list[bytes]:
     """The byte patterns whose presence makes a resource worth decoding for `rule`."""
+    if rule.tool is not None:
+        # A tool span is a retrieval by its result's shape, which no byte pattern shows: any
+        # tool span (`gen_ai.operation.name=execute_tool`, `openinference.span.kind=TOOL`) is
+        # looked at. Resources without one (most traffic) cost nothing more.
+        return [span_attribute(key_value(c.key, v)) for c in rule.tool.declared for v in sorted(c.values or ())]
     if rule.when:
         condition = rule.when[0]
         if condition.key == SPAN_NAME:

@@ -48,6 +48,22 @@ def loads(value: Any) -> Any:
         return value
 
 
+def literal(value: Any) -> Any:
+    """`loads`, and text that is a Python literal (`str()` of a list or a dict, as Semantic
+    Kernel records a tool's result) read as one; anything else unchanged. The text was already
+    cut to the attribute limit, and the parser refuses deep nesting."""
+    decoded = loads(value)
+    if not isinstance(decoded, str) or decoded is not value:
+        return decoded
+    stripped = decoded.strip()
+    if stripped[:1] not in ("[", "{") or stripped[-1:] not in ("]", "}"):
+        return decoded
+    try:
+        return ast.literal_eval(stripped)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return decoded
+
+
 def as_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value

@@ -13,7 +13,9 @@ the other) are one retrieval too, as frameworks wrap their retrievers (LlamaInde
 around `_retrieve`, a Mastra tool span around its vector query): it is read from the spans of the
 nest with documents under the earliest rule in `order`, declared ones first, the outermost of
 them; when no span of the nest has documents it is one retrieval without contexts (decided
-`no_contexts`, or `no_content` when its documents carry no text). The answer comes from answers.py.
+`no_contexts`, or `no_content` when its documents carry no text or no span of it recorded a
+query or documents). A re-ranker later in the nest's parent gives the list the model saw
+(reranking.py). The answer comes from answers.py.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ctxprec.collector.assembly.answers import (
     find_answer,
 )
 from ctxprec.collector.assembly.documents import Found, read_documents
+from ctxprec.collector.assembly.reranking import seen_by_model
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
 from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
@@ -295,10 +298,11 @@ class Conventions:
     def _extracted(self, chosen: _Candidate, group: list[_Candidate], tree: TraceTree) -> Extracted:
         span, found = chosen.span, chosen.found
         query = found.query or next((c.found.query for c in group if c.found.query), "")
+        contexts = seen_by_model(found.contexts, [c.span for c in group], tree) if found.contexts else []
         if found.output is not None:
             answer = Answer(found.output, CHAIN_OUTPUT)
-        elif found.contexts:
-            answer = find_answer(span, found.contexts, tree)
+        elif contexts:
+            answer = find_answer(span, contexts, tree)
         else:
             answer = NO_ANSWER
         retrieval = Retrieval(
@@ -306,7 +310,7 @@ class Conventions:
             span_id=span.span_id.hex(),
             service=span.service,
             query=query,
-            contexts=found.contexts,
+            contexts=contexts,
             retriever=self._retriever_name(span),
             output=answer.text,
             expected_output=self._expected_output(span, tree),

@@ -126,6 +126,10 @@ class AnswerSource:
     messages: re.Pattern[str] | None = None  # indexed messages: groups (index, field, part...)
     role: str | None = None  # the field of a message that holds its role
     messages_text: str = ""  # as written, for the docs
+    # The content fields of a message, as regexes over the field: alternatives, the first a
+    # message has wins (OpenInference writes a Responses API message both as `content` and as
+    # `contents.{j}` parts: one answer, not two).
+    content_fields: tuple[re.Pattern[str], ...] = ()
 
     @property
     def keys_prefix(self) -> str:
@@ -361,8 +365,9 @@ def _compile_answer(raw: _AnswerModel) -> AnswerSource:
     if raw.messages is not None:
         if not raw.content:
             raise ValueError(f"messages {raw.messages!r}: `content` is missing")
+        fields = tuple(re.compile(re.escape(c).replace(re.escape("{j}"), r"\d{1,6}")) for c in raw.content)
         return AnswerSource(messages=_messages_pattern(raw.messages, raw.role, raw.content), role=raw.role,
-                            messages_text=raw.messages)
+                            messages_text=raw.messages, content_fields=fields)
     assert raw.value is not None
     return AnswerSource(value=parse_spec(raw.value), as_written=raw.as_written, strip_prefix=raw.strip_prefix)
 

@@ -1,8 +1,10 @@
 """Spans that real instrumentors emitted (captured OTLP requests, tests/fixtures/otlp/README.md)
 read by assembly: Mastra's vector tools (core 1.70 and 1.71), the Vercel AI SDK 6 and 7 (both
 @ai-sdk/otel integrations) after a retrieval span the app wrote, OpenInference's GenAI dual
-write with and without document text, LlamaIndex's index build under OpenLLMetry, and Mastra
-shapes read by `conventions.mappings`.
+write with and without document text, LlamaIndex's index build under OpenLLMetry, Mastra
+shapes read by `conventions.mappings`, and agent tools (Pydantic AI's own instrumentation with
+and without OpenInference's span processor, the OpenAI Agents SDK under OpenInference with the
+Responses and the Chat Completions API).
 
 Each request goes through the receiver's decoder and `OtlpIngest`: sampled, every retrieval is
 found once with its contexts in rank order, its query and the answer the mock model returned;
@@ -58,6 +60,10 @@ def _app_retrieval(convention: str, answers: list[str]) -> list[Expected]:
     return [Expected(convention, DOCS, list(IDS), answer, span_name="retrieve") for answer in answers]
 
 
+def _tool(span: str) -> Expected:
+    return Expected("tool", DOCS, list(IDS), ANSWER, span_name=span)
+
+
 OBJECT_ANSWER = '{"answer":"' + ANSWER + '"}'
 CORPUS = [Expected("openinference", [DOC_BY_ID[i].text for i in q.retrieved_ids], [None] * 3, q.answer, q.text,
                    span_name="VectorStoreRetriever") for q in QUESTIONS]
@@ -81,6 +87,14 @@ CASES: dict[str, list[Expected]] = {
     # Shapes the app chose: nothing is read without a mapping.
     "mastra171-workflow": [],
     "mastra171-tool": [],
+    # Agent tools (the `tool` convention): the retrieval tool once, the weather tool never.
+    "pydanticai-genai-tool": [_tool("execute_tool search_docs")],
+    "pydanticai-openinference-tool": [_tool("execute_tool search_docs")],
+    "openai-agents-responses-tool": [_tool("search_docs")],
+    "openai-agents-chat-tool": [_tool("search_docs")],
+    # The tool marked RETRIEVER (`tool_span_kinds`): OpenInference's documents; the Responses API
+    # message's answer under `content` and `contents.0` is read once.
+    "openai-agents-responses-retriever": [Expected("openinference", DOCS, list(IDS), ANSWER, span_name="search_docs")],
 }
 
 def _graph_result() -> Expected:

@@ -405,6 +405,9 @@ class Pipeline:
         for stage in sorted(graph.stages.values(), key=lambda s: s.name == "engine"):
             if stage.ready is not None:
                 server.add_check(stage.ready.name, stage.ready.check)
+        # What assembly saw and did not take (assembly/silence.py): served whatever --diagnostics
+        # says, it holds names of services and tools, no documents.
+        server.add_json_route("/diagnostics/conventions", self.ingest.stats.view)
         sink = self.diagnostics
         if sink is not None:
             server.add_json_route("/diagnostics/documents", sink.documents_json)

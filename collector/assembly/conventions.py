@@ -32,6 +32,7 @@ from ctxprec.collector.assembly.answers import (
 )
 from ctxprec.collector.assembly.documents import Found, read_documents
 from ctxprec.collector.assembly.reranking import seen_by_model
+from ctxprec.collector.assembly.silence import TraceSeen, why_not_taken
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
 from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
@@ -252,6 +253,10 @@ class Conventions:
         prefixes = {source.contexts.key_prefix() for rule in self.rules for source in rule.sources
                     if source.events is None}
         self._payload_prefixes = tuple(sorted(prefixes | set(table().payload_attributes)))
+        # Tool spans are recognised whether or not the tool convention is on (the ones not taken
+        # are counted, silence.py).
+        self.tools = self.config.tool_match()
+        self.tools_on = self.config.tools.mode != "off"
 
     # -- detection (per span) --
 
@@ -264,9 +269,13 @@ class Conventions:
 
     # -- a trace's retrievals --
 
-    def extract(self, spans: Sequence[SpanRecord]) -> list[Extracted]:
+    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
+        """The retrievals of a trace; `seen` notes the spans each convention matched and the
+        tool spans not taken."""
         tree = TraceTree(spans)
         candidates = self._candidates(spans)
+        if seen is not None:
+            self._survey(spans, candidates, seen)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
             for chosen in _representatives(group, tree):
@@ -274,18 +283,34 @@ class Conventions:
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 
-    def count(self, spans: Sequence[SpanRecord], seen: "CountedNests | None" = None) -> int:
+    def count(self, spans: Sequence[SpanRecord], seen: "CountedNests | None" = None,
+              survey: TraceSeen | None = None) -> int:
         """How many retrievals `spans` hold, by the same rules as `extract` (for spans that are
         counted, not scored). `seen` remembers the nests counted in earlier requests: a nest
         whose spans come in two requests (the inner retriever span exported before the outer
-        one) is counted once."""
+        one) is counted once. `survey` notes what `extract` notes."""
         tree = TraceTree(spans)
         total = 0
-        for group in _nests(self._candidates(spans), tree):
+        candidates = self._candidates(spans)
+        if survey is not None:
+            self._survey(spans, candidates, survey)
+        for group in _nests(candidates, tree):
             if seen is not None and seen.add(group, tree):
                 continue
             total += len(_representatives(group, tree))
         return total
+
+    def _survey(self, spans: Sequence[SpanRecord], candidates: list[_Candidate], seen: TraceSeen) -> None:
+        for c in candidates:
+            seen.matched[c.span.service, c.found.convention] += 1
+        tools = self.tools
+        if tools is None:
+            return
+        taken = {c.span.span_id for c in candidates}
+        for span in spans:
+            if span.span_id not in taken and tools.is_tool(span.name, span.attributes):
+                name = tools.tool_name(span.name, span.attributes)
+                seen.tools[span.service, name, why_not_taken(tools, self.tools_on, name)] += 1
 
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []

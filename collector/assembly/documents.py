@@ -148,8 +148,12 @@ def read_tool(rule: RetrievalRule, tool: ToolMatch, span: SpanRecord, limit: int
             chosen = _Read(True, contexts, dropped, without_text)
             break
         if included:
-            contexts, dropped, without_text = _contexts(_any_documents(value), limit)
-            chosen = _Read(True, contexts, dropped, without_text)
+            items, whole = _any_documents(value)
+            if whole is not None:  # the result itself, as text: not opened again
+                chosen = _Read(True, [RetrievedContext(content=whole)])
+            else:
+                contexts, dropped, without_text = _contexts(items, limit)
+                chosen = _Read(True, contexts, dropped, without_text)
             break
     if chosen is None and not included:
         return None
@@ -182,22 +186,22 @@ def tool_documents(value: Any) -> list[Any] | None:
     return items
 
 
-def _any_documents(value: Any) -> list[Any]:
+def _any_documents(value: Any) -> tuple[list[Any], str | None]:
     """A named tool's result read as leniently as it comes: its documents, else the first list
-    of them among an object's values, else the whole result as one text."""
+    of them among an object's values, else (second) the whole result as one text."""
     decoded = literal(value)
     items = documents_in(decoded)
     if any(isinstance(i, str) or document_text(i) is not None for i in items):
-        return items
+        return items, None
     if isinstance(decoded, dict):
         for inner in decoded.values():
             inner = loads(inner)
             if isinstance(inner, list) and any(document_text(i) is not None for i in inner):
-                return inner
-    if isinstance(decoded, str):
-        return [decoded] if decoded.strip() else []
-    text = json.dumps(decoded, ensure_ascii=False, default=str)
-    return [text] if decoded not in (None, [], {}) else []
+                return inner, None
+    if decoded in (None, [], {}, ""):
+        return [], None
+    text = value if isinstance(value, str) else json.dumps(decoded, ensure_ascii=False, default=str)
+    return [], text if text.strip() else None
 
 
 def document_text(item: Any) -> str | None:

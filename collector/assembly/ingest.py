@@ -30,6 +30,7 @@ from typing import Any, Callable
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
+from ctxprec.collector.assembly.silence import ConventionStats, TraceSeen
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough, cancelled
@@ -79,6 +80,7 @@ class OtlpIngest:
         self._ready: deque[BufferedTrace] = deque()  # taken from the buffer, not yet handed out
         self._markers = MarkerScanner(self.conventions.rules)
         self._counted = CountedNests()
+        self.stats = ConventionStats(metrics, tools_on=self.conventions.tools_on)
 
     @property
     def span_mode(self) -> bool:
@@ -213,8 +215,18 @@ class OtlpIngest:
                 total = await self._scan_unsampled(resources[ri], routed_ids, turns)
             else:
                 total = sum(exact)
+                if total > 0:
+                    self._note_counted(resources[ri], count.exact, fast_routed, ri)
             if total > 0:
                 self._sink.not_sampled(service_name(resources[ri].resource), total)
+
+    def _note_counted(self, rs: Any, exact: dict[int, int], fast_routed: dict[tuple[int, int], int], ri: int) -> None:
+        """Spans counted by their bytes, under the convention whose marker counted them."""
+        service = service_name(rs.resource)
+        for index, hits in exact.items():
+            hits -= fast_routed.get((ri, index), 0)
+            if hits > 0:
+                self.stats.counted(service, self._markers.count_names[index], hits)
 
     def _waited_for(self, data: bytes, ranges: list[tuple[int, int]] | None, ri: int, rs: Any) -> bool:
         """A resource holds the outer span of a nest counted in an earlier request."""
@@ -235,7 +247,12 @@ class OtlpIngest:
                     records.append(span_record(span, service, self._max_chars))
                 if n % CHUNK == 0:
                     await turns.share()
-        return self.conventions.count(records, self._counted) if records else 0
+        if not records:
+            return 0
+        seen = TraceSeen()
+        total = self.conventions.count(records, self._counted, seen)
+        self.stats.add(seen)
+        return total
 
     # -- ready traces --
 
@@ -282,11 +299,13 @@ class OtlpIngest:
         return count
 
     def _finish(self, trace: BufferedTrace) -> None:
+        seen = TraceSeen()
         try:
-            extracted = self.conventions.extract(trace.spans)
+            extracted = self.conventions.extract(trace.spans, seen)
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
             extracted = []
+        self.stats.trace(trace.spans, len(extracted), seen)
         countdown = Countdown(len(extracted), trace.acks)
         handed: set[bytes] = set()
         for item in extracted:

@@ -124,6 +124,7 @@ class MarkerScanner:
         """`rules`: the enabled ones, in order (Conventions.rules); markers of the others are not
         searched, so their spans are not counted, exactly as extraction would ignore them."""
         self.counts: list[ExactCount] = []
+        self.count_names: list[str] = []
         patterns: list[bytes] = []
         kinds: list[int] = []  # per pattern: an ExactCount index, or _LOOK
         self._always_look = False
@@ -164,6 +165,7 @@ class MarkerScanner:
                     self.counts[i] = ExactCount(existing.declared, check)
                 return i
         self.counts.append(ExactCount(rule.declared, check))
+        self.count_names.append(rule.name)  # rules sharing the count: the first in order names it
         return len(self.counts) - 1
 
     def declared_counts(self, name: str, attributes: Mapping[str, Any]) -> list[int]:

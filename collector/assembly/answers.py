@@ -11,8 +11,9 @@ under an app span. So the answer is found by what the spans say, not by where th
    them in time gives the final answer (refine and tree-summarize modes make several calls);
 3. if none holds context text, the first candidate; a candidate with an empty output (an agent's
    turn that only called a tool) gives no answer;
-4. only when there is no candidate, a chain's output: the outermost ancestor of the retrieval
-   with an output that reads as an answer (the root span's when no ancestor has one).
+4. only when no candidate gives one (there is none, or every one only called tools, as an agent
+   that answers through a `final_answer` tool does), a chain's output: the outermost ancestor of
+   the retrieval with an output that reads as an answer (the root span's when no ancestor has one).
 
 Outputs are read as clean text (values.py) from the keys the table names, those of the convention
 that recognised the LLM span first; `Answer.clean` is False when a value of an unknown shape had
@@ -221,7 +222,8 @@ def find_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tre
             found = llm_output(span, rule)
             if found is not None:
                 return _llm_answer(found, span, tree)
-        return NO_ANSWER
+    # No LLM span, or only turns that called tools (an agent whose last turn calls a
+    # `final_answer` tool): the agent's output.
     return _chain_answer(retrieval, contexts, tree)
 
 

@@ -310,7 +310,8 @@ class Conventions:
         for span in spans:
             if span.span_id not in taken and tools.is_tool(span.name, span.attributes):
                 name = tools.tool_name(span.name, span.attributes)
-                seen.tools[span.service, name, why_not_taken(tools, self.tools_on, name)] += 1
+                if not tools.internal_tool(name):
+                    seen.tools[span.service, name, why_not_taken(tools, self.tools_on, name)] += 1
 
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []

@@ -68,9 +68,10 @@ def _retrieval_row(c: Convention) -> str:
     if rule.tool is not None:
         tool = rule.tool
         names = ", ".join(_spec(n) for n in tool.names)
+        internal = ", ".join(_code(n) for n in tool.internal)
         said.append("a tool call (" + " or ".join(_condition(d) for d in tool.declared) + f"; its name {names}, "
                     "else the span name) whose result is a list of documents, or a tool named in "
-                    "`conventions.tools.include`")
+                    "`conventions.tools.include`" + (f"; never a framework's own {internal}" if internal else ""))
     elif rule.when:
         said.append("when " + " and ".join(_condition(w) for w in rule.when) + ", a span whose documents are found")
     elif rule.declared:

@@ -132,7 +132,7 @@ def read_tool(rule: RetrievalRule, tool: ToolMatch, span: SpanRecord, limit: int
     if not tool.is_tool(span.name, attributes):
         return None
     name = tool.tool_name(span.name, attributes)
-    if tool.excluded(name):
+    if tool.excluded(name) or tool.internal_tool(name):
         return None
     included = tool.included(name)
     chosen: _Read | None = None

@@ -72,14 +72,17 @@ class ToolMatch:
     declared: tuple[Condition, ...]  # any one says the span is a tool call
     names: tuple[Spec, ...]  # where the tool's name is (else the span name)
     query_fields: tuple[str, ...]  # argument names that hold the question, first found wins
+    internal: tuple[str, ...] = ()  # frameworks' own tools (globs): neither taken nor counted
     include: tuple[str, ...] = ()  # globs
     exclude: tuple[str, ...] = ()
     _include: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
     _exclude: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
+    _internal: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_include", _globs(self.include))
         object.__setattr__(self, "_exclude", _globs(self.exclude))
+        object.__setattr__(self, "_internal", _globs(self.internal))
 
     def is_tool(self, name: str, attributes: Mapping[str, Any]) -> bool:
         return any(c.holds(name, attributes) for c in self.declared)
@@ -96,6 +99,10 @@ class ToolMatch:
 
     def excluded(self, tool: str) -> bool:
         return self._exclude is not None and self._exclude.match(tool) is not None
+
+    def internal_tool(self, tool: str) -> bool:
+        """A framework's own tool (smolagents' `final_answer`), unless `include` names it."""
+        return self._internal is not None and self._internal.match(tool) is not None and not self.included(tool)
 
 
 def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
@@ -260,6 +267,7 @@ class _ToolModel(_Strict):
     declared: dict[str, list[str]] = Field(min_length=1)
     name: list[str] = Field(default_factory=list)
     query_fields: list[str] = Field(default_factory=list)
+    internal: list[str] = Field(default_factory=list)
 
 
 class _RetrievalModel(_Strict):
@@ -394,7 +402,7 @@ def _compile_framing(raw: _FramingModel) -> AnswerFraming:
 
 
 def _compile_tool(raw: _ToolModel) -> ToolMatch:
-    return ToolMatch(conditions(raw.declared), parse_specs(raw.name), tuple(raw.query_fields))
+    return ToolMatch(conditions(raw.declared), parse_specs(raw.name), tuple(raw.query_fields), tuple(raw.internal))
 
 
 def _compile(model: _TableModel) -> Table:

@@ -107,3 +107,13 @@ async def test_the_tools_settings_take_and_leave_tools(name: str, tools: dict, r
     if why and (rate or tools.get("mode") != "off"):  # off: unsampled tool spans are not looked at
         [entry] = ingest_.stats.view({}).body["services"]
         assert {t["tool"]: t["why"] for t in entry["tools_not_taken"]} == why
+
+
+async def test_a_frameworks_own_final_answer_tool_is_no_silence() -> None:
+    """smolagents answers through its `final_answer` tool: neither a retrieval nor a tool to note."""
+    ingest_, sink = await ingest("smolagents-openinference", 1.0)
+    assert decided(sink) == 3
+    [entry] = ingest_.stats.view({}).body["services"]
+    assert entry["conventions"] == {"tool": 3} and entry["tools_not_taken"] == []
+    ingest_, sink = await ingest("smolagents-openinference", 1.0, ConventionConfig(tools={"include": ["final_*"]}))
+    assert decided(sink) == 6  # named, it is taken (its result, the answer's text, as the document)

@@ -47,3 +47,20 @@ async def test_diagnostics_conventions_needs_the_token_and_lists_the_tool_not_ta
     assert value(metrics, "ctxprec_llm_spans_without_retrieval_total", service=weather["service"]) == 2
     assert value(metrics, "ctxprec_llm_spans_without_retrieval_total", service=search["service"]) == 0
     assert value(metrics, "ctxprec_samples_total", service=search["service"], decision="evaluated") == 3
+
+
+async def test_unsampled_agent_traffic_gets_one_decision_per_retrieval_tool() -> None:
+    """The same traffic at sample rate 0: each retrieval tool call is counted `not_sampled`
+    (from the request bytes, the tool spans looked at), the weather tool still noted."""
+    async with running(serve_config("--sample-rate", "0")) as pipeline:
+        async with aiohttp.ClientSession() as session:
+            for path in [FIXTURES / "pydantic-ai-genai" / "000.pb", FIXTURES / "pydantic-ai-weather" / "000.pb"]:
+                async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=path.read_bytes(),
+                                        headers={"Content-Type": "application/x-protobuf"}) as response:
+                    assert response.status == 200
+            async with session.get(f"{pipeline.metrics_url}/metrics") as response:
+                metrics = scrape(await response.text())
+    decisions = {labels: n for (name, labels), n in metrics.items() if name == "ctxprec_samples_total" and n}
+    assert decisions == {(("decision", "not_sampled"), ("service", "capture-pydantic-ai-genai")): 3}
+    assert value(metrics, "ctxprec_tool_spans_not_taken_total", service="capture-pydantic-ai-weather",
+                 tool="get_weather") == 1

@@ -5,6 +5,7 @@ changes, which re-ranked list is scored, and when a retrieval without documents 
 Every shape is also counted, unsampled, from the request bytes: one decision per retrieval."""
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -133,6 +134,18 @@ def test_a_tool_around_a_retriever_span_is_one_retrieval_read_from_the_retriever
     retriever = span(trace, "retrieve", inner, parent=tool.span_id, start=1_100, end=1_200)
     [found] = Conventions().extract([span_record(s, "svc", 20_000) for s in (tool, retriever)])
     assert found.retrieval.convention == "openinference"
+    # Unsampled, the bytes' exact count (the RETRIEVER) and the tool's look agree: one.
+    for rate in (1.0, 0.0):
+        sink = CollectingSink()
+        ingest = OtlpIngest(keep_trace=Sampler(rate).keep_trace, sink=sink, metrics=Metrics())
+        request = request_of([tool, retriever])
+        asyncio.run(_ingest_once(ingest, request))
+        assert len(sink.retrievals) + sum(sink.not_sampled_counts.values()) == 1
+
+
+async def _ingest_once(ingest: OtlpIngest, request: Any) -> None:
+    await ingest.ingest(request, receiver="otlp_http", raw=request.SerializeToString())
+    await shutdown(ingest, 0.0)
 
 
 def test_tool_documents_bounds_the_shapes() -> None:
@@ -218,3 +231,22 @@ def test_a_message_written_as_content_and_as_parts_is_one_answer() -> None:
 def test_no_content_only_when_nothing_or_no_text_was_recorded(attributes: dict[str, Any], without_text: int) -> None:
     [found] = read(attributes)
     assert found.retrieval.contexts == [] and found.retrieval.documents_without_text == without_text
+
+
+def test_only_resources_with_tool_spans_are_looked_at() -> None:
+    """The tool convention's markers are the tool-call attributes: traffic without tool spans
+    keeps its exact byte count (no decoding), a resource with one is looked at."""
+    from ctxprec.collector.assembly.markers import MarkerScanner
+
+    scanner = MarkerScanner(ConventionConfig().rules())
+    retriever = {"openinference.span.kind": "RETRIEVER", "input.value": QUERY,
+                 "retrieval.documents.0.document.content": TEXTS[0]}
+    plain = request_of([span(trace_id(True), "retrieve", retriever)]).SerializeToString()
+    [count] = scanner.scan(plain, [(0, len(plain))])
+    assert (count.total, count.needs_look) == (1, False)
+    for tool in (genai_tool("weather", {"temperature": 21}),
+                 {"openinference.span.kind": "TOOL", "tool.name": "kb", "output.value": "x"}):
+        mixed = request_of([span(trace_id(True), "retrieve", retriever), span(trace_id(True), "tool", tool)])
+        data = mixed.SerializeToString()
+        [count] = scanner.scan(data, [(0, len(data))])
+        assert count.needs_look

@@ -119,6 +119,10 @@ CASES: dict[str, list[Expected]] = {
     # (an ADK Event, the text in its Gemini-style parts).
     "google-adk-openinference": _agent_runs("google-adk-openinference", "tool", "execute_tool search_docs",
                                             answer_source="chain_output"),
+    # ADK's own spans with content on the span: the tool's GenAI result, the answer of the
+    # generate_content span after it.
+    "google-adk-native": _agent_runs("google-adk-native", "tool", "execute_tool search_docs"),
+    "crewai-openinference": _agent_runs("crewai-openinference", "tool", "search_docs.run"),
     # smolagents answers through its `final_answer` tool: the model's last turn only calls it,
     # so the agent's output is the answer.
     "smolagents-openinference": _agent_runs("smolagents-openinference", "tool", "SimpleTool",

@@ -135,12 +135,14 @@ class ScoringWorkers:
         running: every retrieval taken in gets its decision, those cut short `failed` with error
         type `shutdown` (their input stays unacknowledged, so a Kafka message is read again)."""
         self._closing = True
-        if self._tasks:
+        # Nothing taken in (a start that failed early, with a deadline of 0): nothing to wait for.
+        if self._tasks and (self.in_flight or not self._queue.empty()):
             try:
                 await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
             except asyncio.TimeoutError:
                 log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
                             self._queue.qsize(), self.in_flight)
+        if self._tasks:
             await cancelled(*self._tasks)
             self._tasks = []
         while not self._queue.empty():

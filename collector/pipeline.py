@@ -149,7 +149,9 @@ class Pipeline:
             scored_downstream = redaction
         scoring = config.scoring
         self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
-                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics)
+                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
+                                      record_text_chars=config.judge.record_text_chars,
+                                      redact=redact_text if config.judge.redact_pii else None)
         self.graph.add("workers", self.workers)
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")

@@ -148,6 +148,11 @@ class JudgeConfig:
                "and in all text ctxprec writes out (reasons, records, sinks, diagnostics, logs)", parse_bool,
         flag="--redact-pii")
 
+    record_text_chars: int = judge_setting(
+        300, "characters of text each score record keeps: the question (`query`) and, for a document without "
+             "an id, its first words (`preview` in its verdict, at most 80); redacted with --redact-pii; 0: "
+             "records keep no text", parse_count0, flag="--record-text-chars")
+
     def __post_init__(self) -> None:
         for setting in fields(self):
             parse, value = setting.metadata["parse"], getattr(self, setting.name)

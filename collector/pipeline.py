@@ -409,9 +409,15 @@ class Pipeline:
                 server.add_check(stage.ready.name, stage.ready.check)
         sink = self.diagnostics
         if sink is not None:
-            server.add_json_route("/diagnostics/documents", sink.documents_json)
-            server.add_json_route("/diagnostics/drift", sink.drift_json)
-            server.add_json_route("/diagnostics/top_k", sink.top_k_json)
+            server.add_json_route("/diagnostics/documents", sink.documents_json,
+                                  "the documents most often retrieved and judged irrelevant, per service and "
+                                  "retriever (?service=&retriever=&limit=)")
+            server.add_json_route("/diagnostics/drift", sink.drift_json,
+                                  "per service: whether precision drifted, the levels before and after, and the "
+                                  "retriever and attribute values behind it (?service=)")
+            server.add_json_route("/diagnostics/top_k", sink.top_k_json,
+                                  "per service and retriever: the smallest top-k keeping 95% of the relevant "
+                                  "contexts, and the curve (?service=&retriever=)")
 
     # -- what the stages report --
 

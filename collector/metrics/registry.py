@@ -11,7 +11,11 @@ from typing import Iterable
 
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.version import VERSION
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# No `_created` series beside every counter and histogram: a second series per child that no
+# rule or panel reads, doubling what a scrape carries. prometheus-client's own switch, process-wide.
+disable_created_metrics()
 
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -90,13 +90,14 @@ class DriftEnd:
         level before the drift."""
         return abs(self.recent - self.drift.before) > abs(self.recent - self.baseline)
 
-    def words(self, service: str) -> str:
-        d = self.drift
+    def outcome(self) -> str:
         if self.adapted:
-            return (f"precision drift in service {service!r} ended: the baseline adapted to {self.baseline:.2f} "
-                    f"(it was {d.before:.2f} before the drift): a new normal, not a recovery")
-        return (f"precision drift in service {service!r} ended: precision is back to {self.recent:.2f} "
-                f"(baseline {self.baseline:.2f})")
+            return (f"the baseline adapted to {self.baseline:.2f} (it was {self.drift.before:.2f} before the drift): "
+                    "a new normal, not a recovery")
+        return f"precision is back to {self.recent:.2f} (baseline {self.baseline:.2f})"
+
+    def words(self, service: str) -> str:
+        return f"precision drift in service {service!r} ended: {self.outcome()}"
 
 
 def no_drift_words(service: str, baseline: float | None, recent: float | None) -> str:

@@ -159,8 +159,10 @@ class DriftExplanation:
             "scores": self.scores,
             "alarmed": levels.alarmed if levels is not None else None,
             "direction": self.direction,
-            "baseline_mean": None if before is None else _r(before),
-            "recent_mean": _r(after),
+            # The detector's levels unrounded, so that rounding them to two decimals, as every
+            # place prints them, gives `change`.
+            "baseline_mean": before,
+            "recent_mean": after,
             "change": drift.change if drift is not None else (None if before is None else _r(after - before)),
             "decomposed": {"baseline_mean": _r(self.baseline_mean), "recent_mean": _r(self.recent_mean),
                            "change": _r(self.change)},

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "install-system-deps.sh"
 
@@ -51,24 +53,17 @@ def test_prometheus_is_installed_when_missing_without_starting_its_daemon(tmp_pa
         assert not (tmp_path / "policy-rc.d").exists()  # and removed after it
 
 
-def test_only_the_missing_package_is_installed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("missing", ["redis-server", "chromium"])
+def test_only_the_missing_package_is_installed(tmp_path: Path, missing: str) -> None:
     if os.geteuid() != 0:  # as above: only where make test runs as root
         return
-    env = _sandbox(tmp_path, with_prometheus=True, with_redis=False)
+    env = _sandbox(tmp_path, with_prometheus=True, with_redis=missing != "redis-server",
+                   with_chromium=missing != "chromium")
     done = subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     installs = [line for line in (tmp_path / "apt.log").read_text().splitlines() if line.startswith("install ")]
-    assert installs and installs[0].split()[-1] == "redis-server" and "prometheus" not in installs[0]
-
-
-def test_chromium_is_installed_alone_when_it_is_the_one_missing(tmp_path: Path) -> None:
-    if os.geteuid() != 0:  # as above: only where make test runs as root
-        return
-    env = _sandbox(tmp_path, with_prometheus=True, with_chromium=False)
-    done = subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    installs = [line for line in (tmp_path / "apt.log").read_text().splitlines() if line.startswith("install ")]
-    assert installs and installs[0].split()[-1] == "chromium" and "redis-server" not in installs[0]
+    assert installs and installs[0].split()[-1] == missing
+    assert not {"prometheus", "redis-server", "chromium"} - {missing} & set(installs[0].split())
 
 
 def test_nothing_is_installed_when_prometheus_redis_and_chromium_are_there(tmp_path: Path) -> None:

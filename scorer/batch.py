@@ -33,7 +33,7 @@ from ctxprec.scorer.events import (
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
 from ctxprec.scorer.records import document_names, failure_record, record_id, record_text, score_record
-from ctxprec.scorer.redact import redact
+from ctxprec.scorer.redact import redacted
 from ctxprec.scorer.result import JudgeUsage
 from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool, parse_count, parse_non_negative
 
@@ -62,14 +62,10 @@ class RecordText:
     redact_pii: bool = False
 
     def of(self, text: str | None) -> str | None:
-        return record_text(text, self.chars, _redacted if self.redact_pii else None)
+        return record_text(text, self.chars, redacted if self.redact_pii else None)
 
     def documents(self, event: RagEvent) -> tuple[list[str], list[str | None]]:
-        return document_names(event.contexts, self.chars, _redacted if self.redact_pii else None)
-
-
-def _redacted(text: str) -> str:
-    return redact(text)[0]
+        return document_names(event.contexts, self.chars, redacted if self.redact_pii else None)
 
 
 class UsageError(Exception):

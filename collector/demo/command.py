@@ -292,7 +292,7 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _run_demo(args: argparse.Namespace, out: TextIO, tty: bool, duration: float | None, tally: Tally,
-                    to_the_story: "_ToTheStory") -> int:
+                    to_the_story: _ToTheStory) -> int:
     pipeline, serve_task, serve_stop = await _start_sidecar(args.metrics, args.sample_rate, tally)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """With `--redact-pii`, the text of every scored outcome is redacted once, here, before any
 exporter sees it: the reason and the verdicts' reasons, a failure's message, the score record's
-copies of those and its question and document previews, and the retrieval's question, answer and contexts (which diagnostics previews
-quote). Span write-back, evaluator spans, the Kafka results topic, sinks, diagnostics and the
+copies of those and its question and document previews, and the retrieval's question, answer and
+contexts (which diagnostics previews quote). Span write-back, evaluator spans, the Kafka results topic, sinks, diagnostics and the
 log all sit downstream, so none of them can send text the judge was not allowed to see.
 
 The judge already worked on redacted text, so what it wrote should hold no personal data; this
@@ -15,12 +15,10 @@ from typing import Any, Callable
 
 from ctxprec.collector.components import ResultSink, Stateless
 from ctxprec.collector.model import Outcome, Retrieval, RetrievedContext
-from ctxprec.scorer.redact import redact
+from ctxprec.scorer.redact import redacted
 from ctxprec.scorer.result import ScoreResult
 
-
-def redact_text(text: str) -> str:
-    return redact(text)[0]
+redact_text = redacted  # the redaction every text written out goes through
 
 
 class RedactingSink(Stateless):

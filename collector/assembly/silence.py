@@ -29,6 +29,7 @@ from ctxprec.collector.metrics.registry import OTHER, Metrics
 log = logging.getLogger("ctxprec.conventions")
 
 MAX_TOOLS = 50  # tool names kept per service; the rest are counted as `other`
+_MAX_NAME_CHARS = 128
 
 # Why a tool span was not taken, and what would take it.
 EXCLUDED = "excluded"
@@ -40,6 +41,13 @@ _WHY = {
     NOT_DOCUMENTS: ("its result is not a list of documents",
                     "add {tool} to conventions.tools.include (or read it with a conventions.mappings entry)"),
 }
+
+
+def _tool_view(tool: str, spans: int, why: str) -> dict[str, Any]:
+    if tool == OTHER:
+        return {"tool": tool, "spans": spans, "why": f"tool names past the first {MAX_TOOLS} of the service",
+                "to_take_it": "the log names each of the first ones; conventions.tools.include takes any by name"}
+    return {"tool": tool, "spans": spans, "why": _WHY[why][0], "to_take_it": _WHY[why][1].format(tool=repr(tool))}
 
 
 def why_not_taken(tools: ToolMatch, tools_on: bool, name: str) -> str:
@@ -97,6 +105,7 @@ class ConventionStats:
             for (service, tool, why), count in seen.tools.items():
                 label = self._metrics.service(service)
                 entry = self._service(label).tools
+                tool = tool[:_MAX_NAME_CHARS]  # a label value, from outside
                 name = tool if tool in entry or len(entry) < self._max_tools else OTHER
                 first = name not in entry
                 held = entry.setdefault(name, [0, why])
@@ -129,8 +138,6 @@ class ConventionStats:
                 {"service": name,
                  "conventions": dict(sorted(entry.conventions.items())),
                  "llm_spans_without_retrieval": entry.llm_without_retrieval,
-                 "tools_not_taken": [{"tool": tool, "spans": spans, "why": _WHY[why][0],
-                                      "to_take_it": _WHY[why][1].format(tool=repr(tool))}
-                                     for tool, (spans, why) in sorted(entry.tools.items())]}
+                 "tools_not_taken": [_tool_view(tool, spans, why) for tool, (spans, why) in sorted(entry.tools.items())]}
                 for name, entry in sorted(self._services.items()) if wanted is None or name == wanted]
         return Answer(200, {"tools_mode": "auto" if self._tools_on else "off", "services": services})

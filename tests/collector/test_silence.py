@@ -117,3 +117,22 @@ async def test_a_frameworks_own_final_answer_tool_is_no_silence() -> None:
     assert entry["conventions"] == {"tool": 3} and entry["tools_not_taken"] == []
     ingest_, sink = await ingest("smolagents-openinference", 1.0, ConventionConfig(tools={"include": ["final_*"]}))
     assert decided(sink) == 6  # named, it is taken (its result, the answer's text, as the document)
+
+
+def test_tool_names_past_fifty_a_service_are_other_and_names_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    from ctxprec.collector.assembly.silence import NOT_DOCUMENTS, ConventionStats, TraceSeen
+
+    metrics = Metrics()
+    stats = ConventionStats(metrics)
+    seen = TraceSeen()
+    for n in range(60):
+        seen.tools["svc", f"tool-{n:02d}" + "x" * (200 if n == 0 else 0), NOT_DOCUMENTS] += 1
+    with caplog.at_level(logging.WARNING, logger="ctxprec.conventions"):
+        stats.add(seen)
+    [entry] = stats.view({}).body["services"]
+    names = [t["tool"] for t in entry["tools_not_taken"]]
+    assert len(names) == 51 and "other" in names and max(map(len, names)) == 128
+    assert next(t["spans"] for t in entry["tools_not_taken"] if t["tool"] == "other") == 10
+    assert len(caplog.records) == 50  # one line per tool kept, none for those folded into other
+    got = scrape(generate_latest(metrics.registry).decode())
+    assert value(got, NOT_TAKEN, service="svc", tool="other") == 10

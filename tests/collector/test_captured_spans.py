@@ -251,7 +251,8 @@ def test_the_genai_documents_of_the_dual_write_are_read_when_genai_comes_first()
         (e.query, e.contexts) for e in CORPUS)
 
 
-@pytest.mark.parametrize("name", ["langchain-openinference-genai-hidden", "otel-genai-off"])
+@pytest.mark.parametrize("name", ["langchain-openinference-genai-hidden", "otel-genai-off",
+                                  "langchain-openllmetry-nocontent"])
 async def test_documents_without_text_are_decided_no_content_not_no_contexts(name: str) -> None:
     """Documents whose text was hidden, and retrieval spans recorded with content capture off
     (no query, no documents key): `no_content`, never `no_contexts`."""

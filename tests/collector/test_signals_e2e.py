@@ -19,7 +19,7 @@ import pytest
 from ctxprec.collector.stub_judge import StubJudge
 
 from tests.chaos.tcp_proxy import TcpProxy
-from tests.collector.rag_app import running, scrape, serve_config, value
+from tests.collector.rag_app import running, scrape, serve_config, value, wait_until
 from tests.helpers.otlp_capture import OtlpCapture
 
 pytestmark = pytest.mark.slow
@@ -144,3 +144,58 @@ async def test_without_forward_to_logs_and_metrics_are_counted_as_dropped_with_o
     assert value(m, "ctxprec_export_dropped_total", exporter="metric_forwarder", reason="no_forward_to") == 8
     told = [r.getMessage() for r in caplog.records if "--forward-to is not set" in r.getMessage()]
     assert len(told) == 2 and any(line.startswith("OTLP logs") for line in told), told
+
+
+EVENT_CASES = ROOT / "tests" / "fixtures"
+
+
+async def post_capture(port: int, case: str, prefix: str) -> None:
+    """The case's captured requests of one signal, posted as the app's exporter sent them."""
+    import aiohttp
+
+    paths = sorted(p for p in (EVENT_CASES / "otlp" / case).glob("*.pb")
+                   if p.name.startswith(prefix) and (prefix or not p.name.startswith(("logs-", "metrics-"))))
+    assert paths
+    async with aiohttp.ClientSession() as session:
+        for path in paths:
+            url = f"http://127.0.0.1:{port}/v1/{'logs' if prefix == 'logs-' else 'traces'}"
+            async with session.post(url, data=path.read_bytes(),
+                                    headers={"Content-Type": "application/x-protobuf"}) as response:
+                assert response.status == 200, await response.text()
+
+
+@pytest.mark.parametrize("case,logs_first", [("otel-genai-events", True), ("otel-genai-events-legacy", False)])
+async def test_an_openai_v2_trace_is_scored_against_the_answer_in_its_event_logs(
+        make_stub_judge: MakeStub, case: str, logs_first: bool) -> None:
+    """openai-v2 with content in log records only (captured from the real app): each retrieval is
+    scored against the answer the model gave, read from the chat span's event logs, whichever
+    came first (the spans then wait out the quiet period, the default 2 s, within which the logs
+    join: the SDK exports logs every second, spans every five)."""
+    from ctxprec.collector.stub_judge import parse_data_block
+
+    runs = json.loads((EVENT_CASES / "agent_runs" / f"{case}.json").read_text())["runs"]
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    try:
+        config = serve_config(*judge(stub), "--forward-to", capture.http_url, "--quiet-period", "2")
+        async with running(config) as pipeline:
+            port = pipeline.otlp_http_port
+            for prefix in (("logs-", "") if logs_first else ("", "logs-")):
+                await post_capture(port, case, prefix)
+                await asyncio.sleep(0.5)
+            await wait_until(lambda: len(capture.find_spans("gen_ai.evaluation.name")) >= len(runs), 20,
+                             "every retrieval scored")
+            scored = capture.find_spans("gen_ai.evaluation.name", "context_precision")
+            m = await metrics_of(pipeline)
+        assert len(scored) == len(runs)
+        assert {s.attributes["ctxprec.reference_kind"] for s in scored} == {"output"}
+        assert {s.attributes["ctxprec.answer_source"] for s in scored} == {"llm_span"}
+        judged = [parse_data_block(r.body["messages"]) for r in stub.recent if r.body and "messages" in r.body]
+        verdicts = [d for d in judged if d.get("task", "verdicts") == "verdicts"]
+        assert sorted((d["query"], d["reference_kind"], d["reference"]) for d in verdicts) == sorted(
+            (run["query"], "output", run["answer"]) for run in runs)
+        assert value(m, "ctxprec_reference_kind_total", service=scored[0].resource["service.name"],
+                     reference_kind="output") == len(runs)
+        assert len(capture.logs) == value(m, "ctxprec_log_records_received_total", receiver="otlp_http") > 0
+    finally:
+        await capture.stop()

@@ -66,15 +66,6 @@ class Mode:
 
 
 @pytest.fixture
-async def capture() -> AsyncIterator[OtlpCapture]:
-    cap = await OtlpCapture().start()
-    try:
-        yield cap
-    finally:
-        await cap.stop()
-
-
-@pytest.fixture
 async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitable[Mode]]]:
     modes: list[Mode] = []
 

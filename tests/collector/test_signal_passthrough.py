@@ -21,6 +21,7 @@ import pytest
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.ingest import IngestSettings, OtlpIngest
 from ctxprec.collector.components import shutdown
+from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.otlp_sender import LOGS, METRICS, TRACES, OtlpSender, SenderSettings, signal_url
 from ctxprec.collector.exporters.signal_forward import SignalForwarder
 from ctxprec.collector.metrics.registry import Metrics
@@ -65,15 +66,6 @@ class Stack:
 
     def value(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-@pytest.fixture
-async def capture() -> AsyncIterator[OtlpCapture]:
-    cap = await OtlpCapture().start()
-    try:
-        yield cap
-    finally:
-        await cap.stop()
 
 
 @pytest.fixture
@@ -351,3 +343,13 @@ def test_a_sender_refuses_signals_it_does_not_carry() -> None:
         sender.forward_raw(b"", 1, LOGS)
     with pytest.raises(ValueError, match="own signal"):
         SenderSettings("http://collector:4318", carries={TRACES: {}})
+
+
+def test_carried_signals_take_their_own_otel_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-all=1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-metrics=2")
+    settings = SenderSettings.of(ExportConfig(forward_to="http://collector:4318", forward_headers=["x-mine=3"]),
+                                 carries=(LOGS, METRICS))
+    assert settings.signals == (TRACES, LOGS, METRICS)
+    assert settings.headers_for(TRACES) == settings.headers_for(LOGS) == {"x-all": "1", "x-mine": "3"}
+    assert settings.headers_for(METRICS) == {"x-metrics": "2", "x-mine": "3"}

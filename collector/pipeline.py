@@ -7,6 +7,7 @@ the only place that connects stages (collector/components.py declares the seams)
     -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
        spans, Kafka results, Phoenix and Langfuse, ...)
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
+    assembly -> signal forwarder (the app's OTLP logs and metrics, through the spans' forward queue)
     cluster feed -> drift, diagnostics (cluster learning: the other replicas' scores, read back
        from the Kafka results topic)
 
@@ -273,7 +274,7 @@ class Pipeline:
         owner = "span_writeback" if self.writeback is not None else "evaluator" if self.evaluator is not None else None
         sender = (self.writeback.sender if self.writeback is not None
                   else self.evaluator.sender if self.evaluator is not None else None)
-        self.signal_forwarder = SignalForwarder(sender, metrics=self.metrics)
+        self.signal_forwarder: SignalForwarder = SignalForwarder(sender, metrics=self.metrics)
         self.graph.add("signal_forwarder", self.signal_forwarder)
         if owner is not None:
             # Finished before the queue's owner flushes it.

@@ -1,16 +1,17 @@
 """Answers and prompts from GenAI event logs: what an LLM call said, when its instrumentor wrote
 it as OTLP log records tied to the call's span instead of as span attributes.
 
-OpenTelemetry's OpenAI instrumentation (`opentelemetry-instrumentation-openai-v2`) in its default
-mode, content capture on, writes one event per message: `gen_ai.system.message`,
-`gen_ai.user.message`, `gen_ai.assistant.message` (an earlier assistant turn sent back in the
-prompt) and `gen_ai.tool.message` for what went into the model, with the message in the body
-(`{"content": ...}`), and one `gen_ai.choice` per choice the model answered (body `{"index",
-"finish_reason", "message": {"role", "content", "tool_calls"}}`). The GenAI utilities
-(`opentelemetry-util-genai`, used by that instrumentation with
-`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` and content mode `event_only` or
-`span_and_event`) write one `gen_ai.client.inference.operation.details` event per call instead,
-with `gen_ai.input.messages`, `gen_ai.system_instructions` and `gen_ai.output.messages` as
+OpenTelemetry's OpenAI instrumentation (`opentelemetry-instrumentation-openai-v2`) has two paths.
+Its v1.30 path (the default over `opentelemetry-util-genai` before 1.0, content capture on with
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`) writes one event per message:
+`gen_ai.system.message`, `gen_ai.user.message`, `gen_ai.assistant.message` (an earlier assistant
+turn sent back in the prompt) and `gen_ai.tool.message` for what went into the model, the message
+in the body (`{"content": ...}`), and one `gen_ai.choice` per choice the model answered (body
+`{"index", "finish_reason", "message": {"role", "content", "tool_calls"}}`). Its current path
+(over util-genai 1.0 and later always, before that with
+`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`; content mode `event_only` or
+`span_and_event`) writes one `gen_ai.client.inference.operation.details` event per call, with
+`gen_ai.input.messages`, `gen_ai.system_instructions` and `gen_ai.output.messages` as
 attributes, in the GenAI message shape (`{"role", "parts": [{"type": "text", "content"}]}`).
 The event name is the log record's `event_name`, or its `event.name` attribute (older SDKs).
 
@@ -82,8 +83,9 @@ def genai_records(request: Any) -> Iterator[tuple[Any, str]]:
 
 
 def read_event(record: Any, max_chars: int) -> GenAiEvent | None:
-    """The messages a GenAI event record carries, None when it carries no content (content
-    capture off: a choice without a message text still counts, as an empty answer turn)."""
+    """The messages a GenAI event record carries; None when it carries none (a prompt event with
+    content capture off has no body). A choice without text (a tool call, or capture off) is kept
+    as an answer turn without text: the span then reads as a turn that gave no answer."""
     name = event_name(record)
     event = GenAiEvent(record.trace_id, record.span_id, size=record.ByteSize() + _OVERHEAD)
     if name == DETAILS:

@@ -3,10 +3,10 @@
 A trace is ready when its root span has arrived (OTLP carries ended spans only) and no span
 came for `quiet_period_s`, or `max_wait_s` after its first span. The buffer holds at most
 `max_traces` traces and about `max_buffer_mb` of spans (and of the GenAI event log records read
-for them, which join their trace whether they come before or after its spans): past either, the oldest trace is handed out
-early (partial) and counted in `ctxprec_trace_evictions_total{reason}`. Ready and evicted traces
-go into a small LRU of decided trace ids, so a span that arrives after its trace was handed out
-is recognised as late instead of starting a new, partial trace.
+for them, which join their trace whether they come before or after its spans): past either, the
+oldest trace is handed out early (partial) and counted in `ctxprec_trace_evictions_total{reason}`.
+Ready and evicted traces go into a small LRU of decided trace ids, so a span that arrives after
+its trace was handed out is recognised as late instead of starting a new, partial trace.
 """
 from __future__ import annotations
 

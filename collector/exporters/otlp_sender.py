@@ -48,13 +48,11 @@ from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES
 from ctxprec.scorer.http_body import BodyTooLarge, read_body
 from ctxprec.scorer.retry import Backoff, parse_retry_after
-from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES
 
 log = logging.getLogger(__name__)
-
-__all__ = ["LOGS", "METRICS", "TRACES", "OtlpSender", "SenderSettings", "ClientTls", "signal_url"]
 
 EXPORTER = "span_forwarder"
 # The exporter name a carried signal is counted under (its items: log records, data points).

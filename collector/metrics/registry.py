@@ -190,10 +190,10 @@ class Metrics:
                       fallback_reasons: Iterable[str] = (), cluster_outcomes: Iterable[str] = (),
                       shared_cache_outcomes: Iterable[tuple[str, str]] = ()) -> None:
         """Create, at 0, the series whose label values are all known at start: errors of the
-        configured receivers by reason (and the OTLP receivers' log records and data points), the configured judge's requests by outcome (and its
-        latency histogram), for the local judge its fallbacks by reason, with cluster learning its
-        records by outcome, with a shared verdict cache its reads and writes by outcome. Series labelled by
-        service appear with their service."""
+        configured receivers by reason (and the OTLP receivers' log records and data points), the
+        configured judge's requests by outcome (and its latency histogram), for the local judge its
+        fallbacks by reason, with cluster learning its records by outcome, with a shared verdict
+        cache its reads and writes by outcome. Series labelled by service appear with their service."""
         for receiver in receivers:
             for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
                 self.receiver_errors.labels(receiver=receiver, reason=reason)

@@ -18,8 +18,6 @@ import argparse
 import asyncio
 import multiprocessing
 import random
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -31,7 +29,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from bench.common import env_for, machine, wait_port, write_result
+from bench.common import machine, post_all, prometheus_samples, serve_beside_stub_judge, wait_port, write_result
 from bench.ingest import _discard_server
 from tests.helpers.processes import free_port
 
@@ -79,60 +77,26 @@ def bare_parse_rate(bodies: list[bytes], records: int, rounds: int = 3) -> float
     return best
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
-
-
 async def serve_rate(bodies: list[bytes], records: int, forward_port: int, warm_up: list[bytes],
                      concurrency: int = 4) -> dict[str, Any]:
     """The whole `ctxprec serve`: its CPU seconds and the wall time until every record was delivered."""
     import aiohttp
     import psutil
 
-    judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
-    env = {**env_for(None), "OPENAI_API_KEY": "bench"}
-    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "ctxprec.collector.cli", "serve", "--otlp-grpc", "off",
-         "--otlp-http", f"127.0.0.1:{http_port}", "--metrics", f"127.0.0.1:{metrics_port}",
-         "--forward-to", f"http://127.0.0.1:{forward_port}", "--write-back", "span", "--sample-rate", "0.01",
-         "--judge-model", "openai/stub", "--judge-api-base", f"http://127.0.0.1:{judge_port}/v1",
-         "--quiet-period", "0.2", "--log-level", "warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_port(judge_port)
-        wait_port(metrics_port, timeout=30)
+    with serve_beside_stub_judge(forward_port) as (serve, http_port, metrics_port):
         process = psutil.Process(serve.pid)
         url = f"http://127.0.0.1:{http_port}/v1/logs"
-        headers = {"Content-Type": "application/x-protobuf"}
         async with aiohttp.ClientSession() as session:
             async def delivered() -> float:
                 async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
-                    return _samples(await response.text()).get(OK, 0.0)
+                    return prometheus_samples(await response.text()).get(OK, 0.0)
 
-            async def post(body: bytes) -> None:
-                async with session.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"serve answered {response.status}")
-
-            for body in warm_up:
-                await post(body)
+            await post_all(session, url, warm_up, concurrency=1)
             await asyncio.sleep(1.0)
             want = await delivered() + records
             cpu0 = process.cpu_times()
             t0 = time.perf_counter()
-            queue = list(bodies)
-
-            async def sender() -> None:
-                while queue:
-                    await post(queue.pop())
-
-            await asyncio.gather(*(sender() for _ in range(concurrency)))
+            await post_all(session, url, bodies, concurrency)
             deadline = time.monotonic() + 120
             got = 0.0
             while time.monotonic() < deadline:
@@ -142,19 +106,11 @@ async def serve_rate(bodies: list[bytes], records: int, forward_port: int, warm_
                 await asyncio.sleep(0.2)
             wall = time.perf_counter() - t0
             cpu1 = process.cpu_times()
-        if got < want:
-            raise RuntimeError(f"only {got - want + records:.0f} of {records} records delivered")
-        cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-        return {"records_per_cpu_s": records / max(cpu, 1e-9), "records_per_wall_s": records / wall, "cpu_s": cpu,
-                "wall_s": wall}
-    finally:
-        for proc in (serve, judge):
-            proc.terminate()
-        for proc in (serve, judge):
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    if got < want:
+        raise RuntimeError(f"only {got - want + records:.0f} of {records} records delivered")
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return {"records_per_cpu_s": records / max(cpu, 1e-9), "records_per_wall_s": records / wall, "cpu_s": cpu,
+            "wall_s": wall}
 
 
 def measure(genai: bool, n_requests: int, rounds: int, port: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ in the body (`{"content": ...}`), and one `gen_ai.choice` per choice the model a
 attributes, in the GenAI message shape (`{"role", "parts": [{"type": "text", "content"}]}`).
 The event name is the log record's `event_name`, or its `event.name` attribute (older SDKs).
 
-Every such record that carries a trace id and a span id becomes a `GenAiEvent`: the messages in
+Every such record that carries a trace id and a span id (`is_genai_event`) becomes a `GenAiEvent`: the messages in
 the GenAI message shape, bounded as span attributes are. Assembly keeps the events of sampled
 traces with their trace and, when the trace is read, `apply` writes them on the span they name
 as `gen_ai.input.messages` / `gen_ai.output.messages`, where the span carries none: the answer and
@@ -24,10 +24,10 @@ prompt are then read by the conventions table as if the instrumentor had put the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ctxprec.collector.assembly.spans import SpanRecord
-from ctxprec.collector.otlp.values import any_value, attributes_dict, service_name
+from ctxprec.collector.otlp.values import any_value, attributes_dict
 
 # Present in the bytes of every request that holds a GenAI event (its name, or its attributes):
 # a request without it is passed on without a look at its records.
@@ -65,21 +65,10 @@ def event_name(record: Any) -> str:
     return ""
 
 
-def genai_records(request: Any) -> Iterator[tuple[Any, str]]:
-    """(log record, its service) of every GenAI event in an `ExportLogsServiceRequest` that names
-    a span (a trace id of 16 bytes, a span id of 8, not all zero)."""
-    for rl in request.resource_logs:
-        service: str | None = None
-        for sl in rl.scope_logs:
-            for record in sl.log_records:
-                trace_id = record.trace_id
-                if len(trace_id) != 16 or not any(trace_id) or len(record.span_id) != 8 or not any(record.span_id):
-                    continue
-                if event_name(record) not in EVENT_NAMES:
-                    continue
-                if service is None:
-                    service = service_name(rl.resource)
-                yield record, service
+def is_genai_event(record: Any) -> bool:
+    """A GenAI event record that names its span (a span id of 8 bytes, not all zero)."""
+    span_id = record.span_id
+    return len(span_id) == 8 and any(span_id) and event_name(record) in EVENT_NAMES
 
 
 def read_event(record: Any, max_chars: int) -> GenAiEvent | None:

@@ -172,22 +172,36 @@ class OtlpIngest:
 
     async def _read_log_events(self, request: Any, receiver: str) -> None:
         """The GenAI events of sampled traces join their trace; those of a trace already handed
-        out are late (counted: their answer was not used)."""
+        out are late (counted: their answer was not used). As for spans, a record is read past
+        its trace id only when its trace is routed."""
         turns = LoopTurns()
         routes: dict[bytes, int] = {}
-        for n, (record, service) in enumerate(event_logs.genai_records(request), 1):
-            trace_id = record.trace_id
-            route = routes.get(trace_id)
-            if route is None:
-                route = routes[trace_id] = self._route(trace_id, service, receiver)
-            if route == _LATE:
-                self._metrics.late_log_records.inc()
-            elif route == _BUFFER:
-                event = event_logs.read_event(record, self._max_chars)
-                if event is not None:
-                    self.buffer.add_log_events(trace_id, [event], event.size)
-            if n % CHUNK == 0:
-                await turns.share()
+        for rl in request.resource_logs:
+            service = service_name(rl.resource)
+            for sl in rl.scope_logs:
+                records = sl.log_records
+                for start in range(0, len(records), CHUNK):
+                    part = records if len(records) <= CHUNK else records[start:start + CHUNK]
+                    ids = list(map(_TRACE_ID, part))
+                    hit = False
+                    for trace_id in set(ids):
+                        route = routes.get(trace_id)
+                        if route is None:
+                            route = routes[trace_id] = (self._route(trace_id, service, receiver)
+                                                        if len(trace_id) == 16 and any(trace_id) else _UNSAMPLED)
+                        if route:
+                            hit = True
+                    for i in [i for i, trace_id in enumerate(ids) if routes[trace_id]] if hit else ():
+                        record, trace_id = part[i], ids[i]
+                        if not event_logs.is_genai_event(record):
+                            continue
+                        if routes[trace_id] == _LATE:
+                            self._metrics.late_log_records.inc()
+                            continue
+                        event = event_logs.read_event(record, self._max_chars)
+                        if event is not None:
+                            self.buffer.add_log_events(trace_id, [event], event.size)
+                    await turns.share()
 
     def _route(self, trace_id: bytes, service: str, receiver: str) -> int:
         buffer = self.buffer

@@ -144,7 +144,8 @@ async def test_log_records_join_the_buffer_within_its_bounds() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_each_event_record_is_read_as_its_messages(case: str) -> None:
     [(request, _)] = requests(case, LOGS)
-    events = [event_logs.read_event(record, 20_000) for record, _ in event_logs.genai_records(request)]
+    records = [r for rl in request.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+    events = [event_logs.read_event(record, 20_000) for record in records if event_logs.is_genai_event(record)]
     assert all(e is not None for e in events)
     outputs = [m for e in events if e is not None for m in e.outputs]
     assert [m["role"] for m in outputs] == ["assistant"] * 3

@@ -98,6 +98,28 @@ async def test_an_app_pointed_at_ctxprec_loses_none_of_its_signals(
         await capture.stop()
 
 
+async def test_evaluator_mode_forwards_the_apps_logs_and_metrics_too(make_stub_judge: MakeStub, tmp_path: Path) -> None:
+    """`--write-back evaluator` leaves the app's spans alone but not its logs and metrics: they go
+    to --forward-to through the evaluator spans' queue, beside the evaluator spans."""
+    stub = await make_stub_judge()
+    capture = await OtlpCapture().start()
+    try:
+        config = serve_config(*judge(stub), "--forward-to", capture.http_url, "--write-back", "evaluator",
+                              "--evaluation-logs", "off")
+        async with running(config) as pipeline:
+            sent = await run_app(f"http://127.0.0.1:{pipeline.otlp_http_port}", tmp_path)
+            await capture.wait_for_logs(len(sent["log_records"]), timeout=20)
+            await capture.wait_for_metrics(4, timeout=20)
+            evaluator = await capture.wait_for_span("openinference.span.kind", "EVALUATOR", timeout=20)
+            m = await metrics_of(pipeline)
+        assert sorted(log.record.SerializeToString().hex() for log in capture.logs) == sorted(sent["log_records"])
+        assert evaluator.attributes["gen_ai.evaluation.name"] == "context_precision"
+        assert not [s for s in capture.spans if s.name == "request"]  # the app's own spans stay with the app
+        assert value(m, "ctxprec_exported_spans_total", exporter="log_forwarder", outcome="ok") == 22
+    finally:
+        await capture.stop()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

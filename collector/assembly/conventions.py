@@ -316,6 +316,8 @@ class Conventions:
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []
         for span in spans:
+            if span.link_only:
+                continue
             found = self._read(span)
             if found is not None:
                 candidates.append(_Candidate(span, found, self._rank.get(found.convention, len(self._rank))))

@@ -38,7 +38,7 @@ from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.silence import ConventionStats, TraceSeen
-from ctxprec.collector.assembly.spans import SpanRecord, span_record
+from ctxprec.collector.assembly.spans import SpanRecord, bare_record, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.components import (
     Deadline,
@@ -307,10 +307,14 @@ class OtlpIngest:
         are kept whole: whether a span carries documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
         records: list[SpanRecord] = []
+        may_hold = self._markers.may_hold_retrieval
         for ss in rs.scope_spans:
             for n, span in enumerate(ss.spans, 1):
                 if (span.trace_id, span.span_id) not in routed_ids:
-                    records.append(span_record(span, service, self._max_chars))
+                    # Agent traces are mostly model and agent spans: only the ones with a marker
+                    # are decoded, the others kept as links of the trace's tree.
+                    records.append(span_record(span, service, self._max_chars) if may_hold(span.SerializeToString())
+                                   else bare_record(span, service))
                 if n % CHUNK == 0:
                     await turns.share()
         if not records:

@@ -172,6 +172,16 @@ class MarkerScanner:
         """The exact counts a decoded span adds to (to take routed spans out of the bytes' count)."""
         return [i for i, c in enumerate(self.counts) if any(d.holds(name, attributes) for d in c.declared)]
 
+    def may_hold_retrieval(self, span_bytes: bytes) -> bool:
+        """Whether one span's encoding holds any marker (declared, look or first-document key): a
+        span without one is no retrieval under any enabled rule (the same reading as `scan`), so
+        the per-span look keeps only its ids and parent, not its attributes."""
+        if self._always_look:
+            return True
+        automaton, checks = self._automaton, self._checks
+        return bool((automaton is not None and automaton.find_matches_as_indexes(span_bytes))
+                    or (checks is not None and checks.find_matches_as_indexes(span_bytes)))
+
     def scan(self, data: bytes, ranges: Sequence[tuple[int, int]]) -> list[ResourceCount]:
         """One `ResourceCount` per (start, end) range of `data` (the ResourceSpans bodies, in
         order, not overlapping). Matches outside every range are ignored."""

@@ -170,8 +170,8 @@ class Setting:
 def settings(model: type[BaseModel] = ServeConfig, prefix: tuple[str, ...] = ()) -> Iterator[Setting]:
     for name, info in model.model_fields.items():
         annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and not prefix:
-            yield from settings(annotation, (name,))
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a section, or a block in one
+            yield from settings(annotation, (*prefix, name))
         else:
             original = _annotated(model, name)
             yield Setting((*prefix, name), info, original)

@@ -61,7 +61,7 @@ STRUCTURES = """## Structured keys (YAML only)
   rule with rate 0 excludes on purpose: its retrievals are decided `filtered`.
 - `conventions.order`: the conventions tried per span and per nest of spans; of the spans of one
   nest (one inside the other), the first in this list that finds documents reads the retrieval.
-  Names: the built-in conventions `openinference`, `genai`, `openllmetry`, `mastra` (see
+  Names: the built-in conventions `openinference`, `genai`, `openllmetry`, `mastra`, `tool` (see
   FORMATS.md, "Span attributes read"), `mapping` (the single `conventions.mapping`), the `name`
   of a `conventions.mappings` entry, and `mappings`, which stands for every entry not named on
   its own. The default puts `mappings` first (your own shapes win) and `mapping` last. A given
@@ -85,6 +85,18 @@ STRUCTURES = """## Structured keys (YAML only)
   `key$json.path`), `contexts` (a key holding a list or JSON list, a `key$json.path` such as
   `app.hits$.documents[*].text`, or a per-item pattern such as `app.docs.{i}.text`), optional
   `ids` (the documents' ids, in the same forms) and optional `output` (the answer).
+- `conventions.tools`: agent tool calls (OpenTelemetry GenAI `execute_tool` spans, OpenInference
+  `TOOL` spans) are read as retrievals when their result is a list of documents (`mode: auto`);
+  `mode: off` reads none. `include` and `exclude` are lists of tool names or globs: a tool in
+  `include` is taken whatever its result's shape (a text, an object of another shape), one in
+  `exclude` never; a tool in neither is taken by its result's shape. Tools seen and not taken are
+  counted and listed (METRICS.md, DIAGNOSTICS.md):
+  ```yaml
+  conventions:
+    tools:
+      include: [kb_lookup]
+      exclude: [list_*]
+  ```
 - `export.sinks`: a list of `KIND=URL` (`- phoenix=http://phoenix:6006`), or of one-key mappings
   (`- langfuse: https://cloud.langfuse.com`); `CTXPREC_SINK` takes them separated by commas or
   spaces; each `--sink` flag adds one. See PHOENIX.md and LANGFUSE.md.

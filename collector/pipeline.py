@@ -429,6 +429,12 @@ class Pipeline:
         for stage in sorted(graph.stages.values(), key=lambda s: s.name == "engine"):
             if stage.ready is not None:
                 server.add_check(stage.ready.name, stage.ready.check)
+        # What assembly saw and did not take (assembly/silence.py): served whatever --diagnostics
+        # says, it holds names of services and tools, no documents.
+        server.add_json_route("/diagnostics/conventions", self.ingest.stats.view,
+                              "per service: the spans each convention read as retrievals, the tool calls seen and "
+                              "not taken (why, and the setting that would take them), the LLM spans of traces "
+                              "without a retrieval (?service=)")
         sink = self.diagnostics
         if sink is not None:
             server.add_json_route("/diagnostics/documents", sink.documents_json,

@@ -334,6 +334,22 @@ def scorer_health() -> dict[str, Any]:
               description="Share of traces scored per service. With adaptive sampling on, a service's rate rises "
                           "while its drift detector suspects a drift, and returns to base once the drift is "
                           "confirmed or gone (docs/STATISTICS.md)."),
+        Panel("LLM traffic but no scored retrievals", "table",
+              [Target(f"(sum by (service) (increase(ctxprec_llm_spans_without_retrieval_total{{{SVC}}}[$__range])) > 0)"
+                      f" unless on (service) (sum by (service) (increase(ctxprec_samples_total"
+                      f"{{{SVC}, decision=\"evaluated\"}}[$__range])) > 0)", instant=True, fmt="table")],
+              w=12, h=8, extra={"showHeader": True, "cellHeight": "sm"},
+              description="Services whose sampled traces call a model without any retrieval ctxprec can read, "
+                          "and that got no score in the time range: their retrievals go unmeasured. "
+                          "/diagnostics/conventions on the metrics port lists, per service, what each convention "
+                          "matched and the tools seen and not taken (docs/FORMATS.md)."),
+        Panel("Tool calls not read as retrievals", "table",
+              [Target(f"sum by (service, tool) (increase(ctxprec_tool_spans_not_taken_total{{{SVC}}}[$__range])) > 0",
+                      instant=True, fmt="table")],
+              w=12, h=8, extra={"showHeader": True, "cellHeight": "sm"},
+              description="Agent tool calls whose result was not a list of documents (or that the "
+                          "conventions.tools settings leave out). A retrieval tool here is unmeasured: add it "
+                          "to conventions.tools.include. The log names each tool once."),
         Panel("Replicas up", "stat", [Target("count(ctxprec_build_info) by (version)", "{{version}}", instant=True)],
               w=12, h=8, extra={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                                 "colorMode": "none", "graphMode": "none", "textMode": "value_and_name"}),

@@ -11,8 +11,9 @@ under an app span. So the answer is found by what the spans say, not by where th
    them in time gives the final answer (refine and tree-summarize modes make several calls);
 3. if none holds context text, the first candidate; a candidate with an empty output (an agent's
    turn that only called a tool) gives no answer;
-4. only when there is no candidate, a chain's output: the outermost ancestor of the retrieval
-   with an output that reads as an answer (the root span's when no ancestor has one).
+4. only when no candidate gives one (there is none, or every one only called tools, as an agent
+   that answers through a `final_answer` tool does), a chain's output: the outermost ancestor of
+   the retrieval with an output that reads as an answer (the root span's when no ancestor has one).
 
 Outputs are read as clean text (values.py) from the keys the table names, those of the convention
 that recognised the LLM span first; `Answer.clean` is False when a value of an unknown shape had
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.table import AnswerSource, LlmRule, table
@@ -30,6 +31,7 @@ from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.assembly.values import (
     Text,
     answer_text,
+    loads,
     normalize,
     repr_message_text,
     strings_in,
@@ -50,6 +52,8 @@ _DECLARING_KEYS = frozenset(c.key for rule in _LLM_RULES for c in rule.declared)
 _NEEDLE_CHARS = 120  # a context is found in a prompt by its first characters (whitespace folded)
 _MIN_NEEDLE_CHARS = 12
 _ASSISTANT_ROLES = ("assistant", "ai", "model")
+_FRAMINGS = _TABLE.answer_framing
+_PARSED_DEPTH = 3  # DSPy: LM span <- adapter span <- Predict span
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,25 +137,32 @@ def _indexed_messages(attributes: dict[str, Any], source: AnswerSource) -> str |
     roles are given."""
     pattern = source.messages
     assert pattern is not None
-    contents: dict[int, list[tuple[int, str]]] = {}
+    # message index -> (the rank of its content field among the alternatives, part, text)
+    contents: dict[int, list[tuple[int, int, str]]] = {}
     roles: dict[int, str] = {}
+    fields = source.content_fields
     for key, value in attributes.items():
         match = pattern.match(key)
         if match is None:
             continue
         index = int(match.group(1))
-        if match.group(2) == source.role:
+        field = match.group(2)
+        if field == source.role:
             if isinstance(value, str):
                 roles[index] = value.lower()
         elif isinstance(value, str):
             part = next((g for g in match.groups()[2:] if g is not None), None)
-            contents.setdefault(index, []).append((int(part) if part is not None else -1, value))
+            rank = next((n for n, f in enumerate(fields) if f.fullmatch(field)), 0)
+            contents.setdefault(index, []).append((rank, int(part) if part is not None else -1, value))
     if not contents:
         return None
     indices = sorted(contents)
     if any(roles.get(i) in _ASSISTANT_ROLES for i in indices):
         indices = [i for i in indices if roles.get(i, "assistant") in _ASSISTANT_ROLES]
-    texts = ["".join(text for _, text in sorted(contents[i])) for i in indices]
+    texts = []
+    for i in indices:
+        first = min(rank for rank, _, _ in contents[i])  # the first alternative this message has
+        texts.append("".join(text for _, _, text in sorted(p for p in contents[i] if p[0] == first)))
     joined = "\n".join(t for t in texts if t)
     return joined or None
 
@@ -206,13 +217,68 @@ def find_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tre
         for span, rule in reversed(consumers):
             found = llm_output(span, rule)
             if found is not None:
-                return Answer(found.value, LLM_SPAN, found.clean)
+                return _llm_answer(found, span, tree)
         for span, rule in candidates:
             found = llm_output(span, rule)
             if found is not None:
-                return Answer(found.value, LLM_SPAN, found.clean)
-        return NO_ANSWER
+                return _llm_answer(found, span, tree)
+    # No LLM span, or only turns that called tools (an agent whose last turn calls a
+    # `final_answer` tool): the agent's output.
     return _chain_answer(retrieval, contexts, tree)
+
+
+def _llm_answer(found: Text, span: SpanRecord, tree: TraceTree) -> Answer:
+    text = found.value
+    if found.clean:
+        text = unframed(text, lambda: _parsed_outputs(span, tree)) or text
+    return Answer(text, LLM_SPAN, found.clean)
+
+
+def unframed(text: str, parsed: Callable[[], list[dict[str, Any]]] = list) -> str | None:
+    """An answer without the field markers a framework wrote around it (the table's
+    `answer_framing`: DSPy's `[[ ## answer ## ]]`): the output fields' texts, a chain of
+    thought's reasoning left out, each field's parsed value preferred where a span holds it
+    (`parsed()`: objects with the fields, nearest first). None when `text` carries no markers."""
+    for framing in _FRAMINGS:
+        marks = list(framing.marker.finditer(text))
+        if not marks:
+            continue
+        fields: dict[str, str] = {}
+        for n, mark in enumerate(marks):
+            name = mark.group(1)
+            if name in framing.end_fields:
+                break
+            end = marks[n + 1].start() if n + 1 < len(marks) else len(text)
+            fields[name] = text[mark.end():end].strip()
+        chosen = [f for f in fields if f not in framing.skip_fields] or list(fields)
+        if not chosen:
+            return None
+        holder = next((p for p in parsed() if all(f in p for f in chosen)), {})
+        values = [_field_text(holder[f]) if f in holder else fields[f] for f in chosen]
+        return "\n".join(v for v in values if v) or None
+    return None
+
+
+def _field_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _parsed_outputs(span: SpanRecord, tree: TraceTree) -> list[dict[str, Any]]:
+    """The outputs of an LLM span's nearest ancestors read as objects (DSPy's adapter span
+    writes the parsed fields: `[{"answer": ...}]`)."""
+    out: list[dict[str, Any]] = []
+    for depth, ancestor in enumerate(tree.ancestors(span)):
+        if depth == _PARSED_DEPTH:
+            break
+        for key in _CHAIN_OUTPUTS:
+            value = loads(ancestor.attributes.get(key))
+            if isinstance(value, list) and len(value) == 1:
+                value = loads(value[0])
+            if isinstance(value, dict):
+                out.append(value)
+    return out
 
 
 def _chain_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tree: TraceTree) -> Answer:

@@ -13,13 +13,15 @@ the other) are one retrieval too, as frameworks wrap their retrievers (LlamaInde
 around `_retrieve`, a Mastra tool span around its vector query): it is read from the spans of the
 nest with documents under the earliest rule in `order`, declared ones first, the outermost of
 them; when no span of the nest has documents it is one retrieval without contexts (decided
-`no_contexts`, or `no_content` when its documents carry no text). The answer comes from answers.py.
+`no_contexts`, or `no_content` when its documents carry no text or no span of it recorded a
+query or documents). A re-ranker later in the nest's parent gives the list the model saw
+(reranking.py). The answer comes from answers.py.
 """
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ctxprec.collector.assembly.answers import (
@@ -29,9 +31,11 @@ from ctxprec.collector.assembly.answers import (
     find_answer,
 )
 from ctxprec.collector.assembly.documents import Found, read_documents
+from ctxprec.collector.assembly.reranking import seen_by_model
+from ctxprec.collector.assembly.silence import TraceSeen, why_not_taken
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
-from ctxprec.collector.assembly.table import RetrievalRule, Source, table
+from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.config_types import Count, OptionalText, setting
 from ctxprec.collector.model import Retrieval
@@ -41,6 +45,7 @@ OPENINFERENCE = "openinference"
 GENAI = "genai"
 OPENLLMETRY = "openllmetry"
 MASTRA = "mastra"
+TOOL = "tool"
 MAPPING = "mapping"  # the single `conventions.mapping`
 MAPPINGS = "mappings"  # in `order`: every entry of `conventions.mappings` not named there itself
 BUILT_IN = table().retrieval_names
@@ -52,7 +57,8 @@ _MAX_RULE_ATTRIBUTES = 64
 _MAX_RULE_VALUE_CHARS = 256
 
 __all__ = ["ALL_CONVENTIONS", "AttributeMapping", "ConventionConfig", "Conventions", "CountedNests", "Extracted",
-           "GENAI", "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "rule_attributes"]
+           "GENAI", "MAPPING", "MAPPINGS", "MASTRA", "MappingEntry", "OPENINFERENCE", "OPENLLMETRY", "TOOL", "ToolsConfig",
+           "rule_attributes"]
 
 
 def _check_spec(value: str | None) -> str | None:
@@ -112,6 +118,37 @@ class MappingEntry(AttributeMapping):
                              built_in=False, when_declares=True)
 
 
+class ToolsConfig(BaseModel):
+    """Which agent tool calls are read as retrievals (YAML `conventions.tools`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    mode: str = setting("auto", "tool-call spans (GenAI execute_tool, OpenInference TOOL) whose result is a list "
+                                "of documents are retrievals: auto; off: no tool span is", choices=("auto", "off"))
+    include: tuple[str, ...] = setting((), "tool names (globs) always taken as retrievals, whatever their result's "
+                                           "shape (YAML only)")
+    exclude: tuple[str, ...] = setting((), "tool names (globs) never taken as retrievals (YAML only)")
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _names(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(n, str) and n.strip() for n in raw):
+            raise ValueError("must be a list of tool names or globs such as search_*")
+        return tuple(n.strip() for n in raw)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, raw: Any) -> Any:
+        value = str(raw).strip().lower() if isinstance(raw, (str, bool)) else raw
+        if value is False or value == "false":
+            value = "off"
+        if value not in ("auto", "off"):
+            raise ValueError(f"must be auto or off, got {raw!r}")
+        return value
+
+
 class ConventionConfig(BaseModel):
     """How retrievals are read from spans (YAML section `conventions`)."""
 
@@ -133,6 +170,7 @@ class ConventionConfig(BaseModel):
                                                       flag="--expected-output-attribute")
     max_contexts: Count = setting(100, "contexts scored per retrieval at most; the rest are counted, not scored")
     max_attribute_chars: Count = setting(20_000, "characters kept of each span attribute value of sampled traces")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="agent tool calls read as retrievals")
 
     @field_validator("order", mode="before")
     @classmethod
@@ -160,6 +198,13 @@ class ConventionConfig(BaseModel):
                              f"(name it, or add {MAPPINGS!r})")
         return self
 
+    def tool_match(self) -> ToolMatch | None:
+        """Tool spans and the tools taken or left (`tools`), whether or not the convention is on."""
+        rule = table().tool_rule
+        if rule is None or rule.tool is None:
+            return None
+        return replace(rule.tool, include=self.tools.include, exclude=self.tools.exclude)
+
     def rules(self) -> tuple[RetrievalRule, ...]:
         """The enabled rules in the order they are tried."""
         named = set(self.order)
@@ -169,6 +214,10 @@ class ConventionConfig(BaseModel):
             if name in BUILT_IN:
                 rule = table().convention(name).retrieval
                 assert rule is not None
+                if rule.tool is not None:
+                    if self.tools.mode == "off":
+                        continue
+                    rule = replace(rule, tool=self.tool_match())
                 out.append(rule)
             elif name == MAPPING:
                 if self.mapping is not None:
@@ -204,6 +253,10 @@ class Conventions:
         prefixes = {source.contexts.key_prefix() for rule in self.rules for source in rule.sources
                     if source.events is None}
         self._payload_prefixes = tuple(sorted(prefixes | set(table().payload_attributes)))
+        # Tool spans are recognised whether or not the tool convention is on (the ones not taken
+        # are counted, silence.py).
+        self.tools = self.config.tool_match()
+        self.tools_on = self.config.tools.mode != "off"
 
     # -- detection (per span) --
 
@@ -216,9 +269,13 @@ class Conventions:
 
     # -- a trace's retrievals --
 
-    def extract(self, spans: Sequence[SpanRecord]) -> list[Extracted]:
+    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
+        """The retrievals of a trace; `seen` notes the spans each convention matched and the
+        tool spans not taken."""
         tree = TraceTree(spans)
         candidates = self._candidates(spans)
+        if seen is not None:
+            self._survey(spans, candidates, seen)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
             for chosen in _representatives(group, tree):
@@ -226,22 +283,41 @@ class Conventions:
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 
-    def count(self, spans: Sequence[SpanRecord], seen: "CountedNests | None" = None) -> int:
+    def count(self, spans: Sequence[SpanRecord], seen: "CountedNests | None" = None,
+              survey: TraceSeen | None = None) -> int:
         """How many retrievals `spans` hold, by the same rules as `extract` (for spans that are
         counted, not scored). `seen` remembers the nests counted in earlier requests: a nest
         whose spans come in two requests (the inner retriever span exported before the outer
-        one) is counted once."""
+        one) is counted once. `survey` notes what `extract` notes."""
         tree = TraceTree(spans)
         total = 0
-        for group in _nests(self._candidates(spans), tree):
+        candidates = self._candidates(spans)
+        if survey is not None:
+            self._survey(spans, candidates, survey)
+        for group in _nests(candidates, tree):
             if seen is not None and seen.add(group, tree):
                 continue
             total += len(_representatives(group, tree))
         return total
 
+    def _survey(self, spans: Sequence[SpanRecord], candidates: list[_Candidate], seen: TraceSeen) -> None:
+        for c in candidates:
+            seen.matched[c.span.service, c.found.convention] += 1
+        tools = self.tools
+        if tools is None:
+            return
+        taken = {c.span.span_id for c in candidates}
+        for span in spans:
+            if span.span_id not in taken and tools.is_tool(span.name, span.attributes):
+                name = tools.tool_name(span.name, span.attributes)
+                if not tools.internal_tool(name):
+                    seen.tools[span.service, name, why_not_taken(tools, self.tools_on, name)] += 1
+
     def _candidates(self, spans: Sequence[SpanRecord]) -> list[_Candidate]:
         candidates: list[_Candidate] = []
         for span in spans:
+            if span.link_only:
+                continue
             found = self._read(span)
             if found is not None:
                 candidates.append(_Candidate(span, found, self._rank.get(found.convention, len(self._rank))))
@@ -250,10 +326,11 @@ class Conventions:
     def _extracted(self, chosen: _Candidate, group: list[_Candidate], tree: TraceTree) -> Extracted:
         span, found = chosen.span, chosen.found
         query = found.query or next((c.found.query for c in group if c.found.query), "")
+        contexts = seen_by_model(found.contexts, [c.span for c in group], tree) if found.contexts else []
         if found.output is not None:
             answer = Answer(found.output, CHAIN_OUTPUT)
-        elif found.contexts:
-            answer = find_answer(span, found.contexts, tree)
+        elif contexts:
+            answer = find_answer(span, contexts, tree)
         else:
             answer = NO_ANSWER
         retrieval = Retrieval(
@@ -261,7 +338,7 @@ class Conventions:
             span_id=span.span_id.hex(),
             service=span.service,
             query=query,
-            contexts=found.contexts,
+            contexts=contexts,
             retriever=self._retriever_name(span),
             output=answer.text,
             expected_output=self._expected_output(span, tree),
@@ -271,7 +348,7 @@ class Conventions:
             answer_source=answer.source,
             answer_clean=answer.clean,
             resource=span.resource,
-            documents_without_text=found.without_text,
+            documents_without_text=found.without_text or _content_off(group),
         )
         return Extracted(retrieval, span, found.dropped)
 
@@ -393,6 +470,12 @@ def _nests(candidates: list[_Candidate], tree: TraceTree) -> list[list[_Candidat
     for i, candidate in enumerate(candidates):
         groups.setdefault(find(i), []).append(candidate)
     return list(groups.values())
+
+
+def _content_off(group: list[_Candidate]) -> int:
+    """1 when no span of a nest recorded a query or a documents key (content capture off): the
+    retrieval is decided `no_content`, not `no_contexts`."""
+    return int(all(c.found.content_off for c in group))
 
 
 def _representatives(group: list[_Candidate], tree: TraceTree) -> list[_Candidate]:

@@ -65,12 +65,22 @@ def _retrieval_row(c: Convention) -> str:
     rule = c.retrieval
     assert rule is not None
     said = [_condition(d) for d in rule.declared]
-    if rule.when:
+    if rule.tool is not None:
+        tool = rule.tool
+        names = ", ".join(_spec(n) for n in tool.names)
+        internal = ", ".join(_code(n) for n in tool.internal)
+        said.append("a tool call (" + " or ".join(_condition(d) for d in tool.declared) + f"; its name {names}, "
+                    "else the span name) whose result is a list of documents, or a tool named in "
+                    "`conventions.tools.include`" + (f"; never a framework's own {internal}" if internal else ""))
+    elif rule.when:
         said.append("when " + " and ".join(_condition(w) for w in rule.when) + ", a span whose documents are found")
     elif rule.declared:
         said.append("or a span with documents")
     documents = "; else ".join(_source(s) for s in rule.sources)
     query = ", ".join(_spec(q) for q in rule.query) or "-"
+    if rule.tool is not None:
+        fields = ", ".join(_code(f) for f in rule.tool.query_fields)
+        query += f": the argument named {fields}, else the only text argument"
     return f"| `{c.name}` | {', '.join(said)} | {documents} | {query} |"
 
 
@@ -84,6 +94,33 @@ def _llm_row(c: Convention) -> str:
     answers = ", then ".join(_answer(a) for a in rule.answers)
     prompt = ", ".join(_code(p) for p in rule.prompt) or "every attribute but the answer"
     return f"| `{c.name}` | {recognised} | {answers} | {prompt} |"
+
+
+def _reranking(t: Table) -> str:
+    ways = []
+    for rule in t.reranking:
+        where = (" or ".join(_condition(d) for d in rule.declared) + ", ") if rule.declared else ""
+        if rule.ids is not None:
+            ways.append(f"{where}ids {_spec(rule.ids)}")
+        else:
+            assert rule.ids_in_text is not None
+            ways.append(f"{where}ids matched by {_code(rule.ids_in_text.pattern)} in {_code(rule.text_key or '')}")
+    return ("The list the model saw: a span after the retrieval, under the same parent (not inside the "
+            "retrieval), that outputs document ids all among the retrieval's (a re-ranker, a node "
+            "post-processor) gives the contexts scored, in its order: " + "; ".join(ways) + ". Several are "
+            "applied in the order they started; documents without ids are scored as retrieved.")
+
+
+def _framing(t: Table) -> str:
+    parts = []
+    for framing in t.answer_framing:
+        ends = ", ".join(_code(f) for f in sorted(framing.end_fields))
+        skips = ", ".join(_code(f) for f in sorted(framing.skip_fields))
+        parts.append(f"field markers {_code(framing.marker.pattern)} (ended by {ends}; {skips} left out when "
+                     "another field is there)")
+    return ("Answers are read without the framing some frameworks write around them: " + "; ".join(parts) +
+            ". Where the LLM span's parent holds the parsed fields (DSPy's adapter span), their values are "
+            "taken as parsed.")
 
 
 def render_section(t: Table) -> str:
@@ -110,6 +147,10 @@ def render_section(t: Table) -> str:
               "instrumentor hid it), or one with an id or a score and no text, carries no text.",
               "",
               f"Chain outputs, read as the answer only when no LLM span follows the retrieval: {chain}.",
+              "",
+              _reranking(t),
+              "",
+              _framing(t),
               "",
               f"Index building is no retrieval: spans named {index_names} (span name or "
               f"`traceloop.entity.name`), or with {index_attributes}, are never read by a built-in "

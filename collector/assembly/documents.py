@@ -17,15 +17,17 @@ in `Found.dropped`); strings were already cut when spans were copied.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.specs import Spec
-from ctxprec.collector.assembly.table import RetrievalRule, Source, table
+from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
 from ctxprec.collector.assembly.values import (
     as_text,
+    literal,
     loads,
     query_text,
     repr_message_text,
@@ -52,6 +54,7 @@ class Found:
     output: str | None = None  # only a user mapping reads an answer off the retrieval span
     declared: bool = False  # an attribute (or a mapping's `when`) says the span is a retrieval
     without_text: int = 0  # documents that carry an id or a score but no text
+    content_off: bool = False  # declared, but neither a query nor a documents key was recorded
 
 
 @dataclass(slots=True)
@@ -92,6 +95,8 @@ def read_documents(span: SpanRecord, rules: Sequence[RetrievalRule], limit: int)
 def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None:
     """`span` read by one rule (its `when` already holds); None when the rule does not
     recognise the span."""
+    if rule.tool is not None:
+        return read_tool(rule, rule.tool, span, limit)
     attributes = span.attributes
     declared = (rule.when_declares and bool(rule.when)) or any(c.holds(span.name, attributes) for c in rule.declared)
     present = False
@@ -113,8 +118,145 @@ def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None
             break
     output = as_text(rule.output.resolve(attributes)) if rule.output is not None else None
     if chosen is None:
-        return Found(rule.name, query, [], 0, output, declared, without_text)
+        # Content capture off: the span says it is a retrieval and records neither its question
+        # nor a documents key. Not "returned nothing": nothing was recorded.
+        content_off = declared and not present and not query
+        return Found(rule.name, query, [], 0, output, declared, without_text, content_off)
     return Found(rule.name, query, chosen.contexts, chosen.dropped, output, declared, 0)
+
+
+def read_tool(rule: RetrievalRule, tool: ToolMatch, span: SpanRecord, limit: int) -> Found | None:
+    """A tool-call span as a retrieval: its result is a list of document-shaped items (or the
+    tool is in `conventions.tools.include`, whatever its result); None otherwise."""
+    attributes = span.attributes
+    if not tool.is_tool(span.name, attributes):
+        return None
+    name = tool.tool_name(span.name, attributes)
+    if tool.excluded(name) or tool.internal_tool(name):
+        return None
+    included = tool.included(name)
+    chosen: _Read | None = None
+    recorded = False
+    for source in rule.sources:
+        value = source.contexts.resolve(attributes)
+        if value is None:
+            continue
+        recorded = True
+        items = tool_documents(value)
+        if items is not None:
+            contexts, dropped, without_text = _contexts(items, limit)
+            chosen = _Read(True, contexts, dropped, without_text)
+            break
+        if included:
+            items, whole = _any_documents(value)
+            if whole is not None:  # the result itself, as text: not opened again
+                chosen = _Read(True, [RetrievedContext(content=whole)])
+            else:
+                contexts, dropped, without_text = _contexts(items, limit)
+                chosen = _Read(True, contexts, dropped, without_text)
+            break
+    if chosen is None and not included:
+        return None
+    query = ""
+    for spec in rule.query:
+        query = argument_query(spec.resolve(attributes), tool.query_fields)
+        if query:
+            break
+    if chosen is None:
+        return Found(rule.name, query, [], 0, None, True, 0, not (recorded or query))
+    return Found(rule.name, query, chosen.contexts, chosen.dropped, None, included,
+                 0 if chosen.contexts else chosen.without_text)
+
+
+def tool_documents(value: Any) -> list[Any] | None:
+    """The documents of a tool's result when it is a non-empty list of document-shaped items
+    (texts, or objects with a text field, optional id, score and metadata), as it stands or
+    under one of the containers; None for any other result (a weather report, a number)."""
+    items = documents_in(literal(value))
+    if not items:
+        return None
+    for item in items:
+        if isinstance(item, str):
+            if item.lstrip()[:1] == "{":
+                item = loads(item)
+            elif not item.strip():
+                return None
+        if not isinstance(item, str) and document_text(item) is None:
+            return None
+    return items
+
+
+def _any_documents(value: Any) -> tuple[list[Any], str | None]:
+    """A named tool's result read as leniently as it comes: its documents, else the first list
+    of them among an object's values, else (second) the whole result as one text."""
+    decoded = literal(value)
+    items = documents_in(decoded)
+    if any(isinstance(i, str) or document_text(i) is not None for i in items):
+        return items, None
+    if isinstance(decoded, dict):
+        for inner in decoded.values():
+            inner = loads(inner)
+            if isinstance(inner, list) and any(document_text(i) is not None for i in inner):
+                return inner, None
+    if decoded in (None, [], {}, ""):
+        return [], None
+    text = value if isinstance(value, str) else json.dumps(decoded, ensure_ascii=False, default=str)
+    return [], text if text.strip() else None
+
+
+def document_text(item: Any) -> str | None:
+    """The text of a document object (the shapes `context_from_item` reads), None when the
+    item is not one. Only text counts: an object whose fields hold numbers is no document."""
+    if not isinstance(item, dict):
+        return None
+    node = item.get("node")
+    if isinstance(node, dict):
+        text = node.get("text")
+        return text if isinstance(text, str) else None
+    body = item.get("kwargs") if isinstance(item.get("kwargs"), dict) else item
+    for key in _TEXT_FIELDS:
+        text = body.get(key)
+        if isinstance(text, str):
+            return text
+    return None
+
+
+def argument_query(value: Any, fields: Sequence[str]) -> str:
+    """The question among a tool call's arguments: the first argument named in `fields`, else
+    the only text argument; the arguments as a JSON object (or a Python literal), wrapped in
+    `{"args": [...], "kwargs": {...}}` by some instrumentors, or plain text."""
+    decoded = literal(value)
+    if isinstance(decoded, str):
+        return decoded.strip()
+    if not isinstance(decoded, dict):
+        return ""
+    arguments = _arguments(decoded)
+    for name in fields:
+        found = arguments.get(name)
+        if isinstance(found, str) and found.strip():
+            return found
+    texts = [v for v in arguments.values() if isinstance(v, str) and v.strip()]
+    return texts[0] if len(texts) == 1 else ""
+
+
+def _arguments(decoded: dict[str, Any]) -> dict[str, Any]:
+    """Named arguments, unwrapped from an instrumentor's envelope (smolagents' and CrewAI's
+    bound `args`/`kwargs`, an `arguments` or `input` object)."""
+    out: dict[str, Any] = {}
+    for key in ("kwargs", "arguments", "input", "args"):
+        inner = loads(decoded.get(key))
+        if isinstance(inner, dict):
+            out.update(inner)
+        elif key == "args" and isinstance(inner, list) and len(inner) == 1:
+            only = loads(inner[0])
+            if isinstance(only, dict):
+                out.update(only)
+            elif isinstance(only, str):
+                out.setdefault("args", only)
+    for key, item in decoded.items():
+        if key not in ("kwargs", "arguments", "args") and key not in out:
+            out[key] = item
+    return out
 
 
 def _read_source(source: Source, span: SpanRecord, limit: int) -> _Read:

@@ -37,7 +37,8 @@ from ctxprec.collector.assembly import event_logs
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
-from ctxprec.collector.assembly.spans import SpanRecord, span_record
+from ctxprec.collector.assembly.silence import ConventionStats, TraceSeen
+from ctxprec.collector.assembly.spans import SpanRecord, bare_record, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
 from ctxprec.collector.components import (
     Deadline,
@@ -96,6 +97,7 @@ class OtlpIngest:
         self._ready: deque[BufferedTrace] = deque()  # taken from the buffer, not yet handed out
         self._markers = MarkerScanner(self.conventions.rules)
         self._counted = CountedNests()
+        self.stats = ConventionStats(metrics, tools_on=self.conventions.tools_on)
 
     @property
     def span_mode(self) -> bool:
@@ -279,8 +281,18 @@ class OtlpIngest:
                 total = await self._scan_unsampled(resources[ri], routed_ids, turns)
             else:
                 total = sum(exact)
+                if total > 0:
+                    self._note_counted(resources[ri], count.exact, fast_routed, ri)
             if total > 0:
                 self._sink.not_sampled(service_name(resources[ri].resource), total)
+
+    def _note_counted(self, rs: Any, exact: dict[int, int], fast_routed: dict[tuple[int, int], int], ri: int) -> None:
+        """Spans counted by their bytes, under the convention whose marker counted them."""
+        service = service_name(rs.resource)
+        for index, hits in exact.items():
+            hits -= fast_routed.get((ri, index), 0)
+            if hits > 0:
+                self.stats.counted(service, self._markers.count_names[index], hits)
 
     def _waited_for(self, data: bytes, ranges: list[tuple[int, int]] | None, ri: int, rs: Any) -> bool:
         """A resource holds the outer span of a nest counted in an earlier request."""
@@ -295,13 +307,22 @@ class OtlpIngest:
         are kept whole: whether a span carries documents can depend on a JSON value's shape."""
         service = service_name(rs.resource)
         records: list[SpanRecord] = []
+        may_hold = self._markers.may_hold_retrieval
         for ss in rs.scope_spans:
             for n, span in enumerate(ss.spans, 1):
                 if (span.trace_id, span.span_id) not in routed_ids:
-                    records.append(span_record(span, service, self._max_chars))
+                    # Agent traces are mostly model and agent spans: only the ones with a marker
+                    # are decoded, the others kept as links of the trace's tree.
+                    records.append(span_record(span, service, self._max_chars) if may_hold(span.SerializeToString())
+                                   else bare_record(span, service))
                 if n % CHUNK == 0:
                     await turns.share()
-        return self.conventions.count(records, self._counted) if records else 0
+        if not records:
+            return 0
+        seen = TraceSeen()
+        total = self.conventions.count(records, self._counted, seen)
+        self.stats.add(seen)
+        return total
 
     # -- ready traces --
 
@@ -348,13 +369,15 @@ class OtlpIngest:
         return count
 
     def _finish(self, trace: BufferedTrace) -> None:
+        seen = TraceSeen()
         try:
             if trace.log_events:
                 event_logs.apply(trace.spans, trace.log_events)
-            extracted = self.conventions.extract(trace.spans)
+            extracted = self.conventions.extract(trace.spans, seen)
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
             extracted = []
+        self.stats.trace(trace.spans, len(extracted), seen)
         countdown = Countdown(len(extracted), trace.acks)
         handed: set[bytes] = set()
         for item in extracted:

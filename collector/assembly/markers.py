@@ -18,7 +18,8 @@ mappings), so a convention added to the table is counted here without code:
   are one retrieval) the resource gets the per-span look.
 - look: what no single byte pattern decides: a rule's `when` (its first attribute and value as a
   `Span.attributes` entry, or the key alone when the value could be written as a number or a
-  boolean), a source with
+  boolean), a tool rule's `declared` attributes (a tool span is a retrieval by its result's
+  shape), a source with
   `marker: look` (its attribute key or event name, length-prefixed). Any match means the caller
   decodes that resource's unsampled spans.
 
@@ -96,6 +97,11 @@ class ResourceCount:
 
 def look_markers(rule: RetrievalRule) -> list[bytes]:
     """The byte patterns whose presence makes a resource worth decoding for `rule`."""
+    if rule.tool is not None:
+        # A tool span is a retrieval by its result's shape, which no byte pattern shows: any
+        # tool span (`gen_ai.operation.name=execute_tool`, `openinference.span.kind=TOOL`) is
+        # looked at. Resources without one (most traffic) cost nothing more.
+        return [span_attribute(key_value(c.key, v)) for c in rule.tool.declared for v in sorted(c.values or ())]
     if rule.when:
         condition = rule.when[0]
         if condition.key == SPAN_NAME:
@@ -118,6 +124,7 @@ class MarkerScanner:
         """`rules`: the enabled ones, in order (Conventions.rules); markers of the others are not
         searched, so their spans are not counted, exactly as extraction would ignore them."""
         self.counts: list[ExactCount] = []
+        self.count_names: list[str] = []
         patterns: list[bytes] = []
         kinds: list[int] = []  # per pattern: an ExactCount index, or _LOOK
         self._always_look = False
@@ -158,11 +165,22 @@ class MarkerScanner:
                     self.counts[i] = ExactCount(existing.declared, check)
                 return i
         self.counts.append(ExactCount(rule.declared, check))
+        self.count_names.append(rule.name)  # rules sharing the count: the first in order names it
         return len(self.counts) - 1
 
     def declared_counts(self, name: str, attributes: Mapping[str, Any]) -> list[int]:
         """The exact counts a decoded span adds to (to take routed spans out of the bytes' count)."""
         return [i for i, c in enumerate(self.counts) if any(d.holds(name, attributes) for d in c.declared)]
+
+    def may_hold_retrieval(self, span_bytes: bytes) -> bool:
+        """Whether one span's encoding holds any marker (declared, look or first-document key): a
+        span without one is no retrieval under any enabled rule (the same reading as `scan`), so
+        the per-span look keeps only its ids and parent, not its attributes."""
+        if self._always_look:
+            return True
+        automaton, checks = self._automaton, self._checks
+        return bool((automaton is not None and automaton.find_matches_as_indexes(span_bytes))
+                    or (checks is not None and checks.find_matches_as_indexes(span_bytes)))
 
     def scan(self, data: bytes, ranges: Sequence[tuple[int, int]]) -> list[ResourceCount]:
         """One `ResourceCount` per (start, end) range of `data` (the ResourceSpans bodies, in

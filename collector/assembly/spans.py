@@ -34,6 +34,8 @@ class SpanRecord:
     size: int = 0  # approximate bytes, for the trace buffer's bound
     # Resource attributes, one dict shared by the spans of a ResourceSpans.
     resource: dict[str, Any] = field(default_factory=dict)
+    # Only the span's place in its trace was kept (`bare_record`): never a retrieval itself.
+    link_only: bool = False
 
     @property
     def is_root(self) -> bool:
@@ -56,3 +58,11 @@ def span_record(span: Any, service: str, max_chars: int, resource: dict[str, Any
         size=span.ByteSize() + _SPAN_OVERHEAD,
         resource=resource if resource is not None else {},
     )
+
+
+def bare_record(span: Any, service: str) -> SpanRecord:
+    """`span`'s place in its trace (ids, parent, name, times) without its attributes or events:
+    for spans that only link others into a nest."""
+    return SpanRecord(trace_id=span.trace_id, span_id=span.span_id, parent_span_id=span.parent_span_id, name=span.name,
+                      start_time_unix_nano=span.start_time_unix_nano, end_time_unix_nano=span.end_time_unix_nano,
+                      service=service, attributes={}, link_only=True)

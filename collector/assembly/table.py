@@ -63,6 +63,53 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolMatch:
+    """Which spans are tool calls, the tool's name, and which tools are taken (`conventions.tools`).
+
+    A tool span is a retrieval when its result is a list of document-shaped items; a tool named
+    in `include` is taken whatever its result, one named in `exclude` never."""
+
+    declared: tuple[Condition, ...]  # any one says the span is a tool call
+    names: tuple[Spec, ...]  # where the tool's name is (else the span name)
+    query_fields: tuple[str, ...]  # argument names that hold the question, first found wins
+    internal: tuple[str, ...] = ()  # frameworks' own tools (globs): neither taken nor counted
+    include: tuple[str, ...] = ()  # globs
+    exclude: tuple[str, ...] = ()
+    _include: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
+    _exclude: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
+    _internal: re.Pattern[str] | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_include", _globs(self.include))
+        object.__setattr__(self, "_exclude", _globs(self.exclude))
+        object.__setattr__(self, "_internal", _globs(self.internal))
+
+    def is_tool(self, name: str, attributes: Mapping[str, Any]) -> bool:
+        return any(c.holds(name, attributes) for c in self.declared)
+
+    def tool_name(self, span_name: str, attributes: Mapping[str, Any]) -> str:
+        for spec in self.names:
+            value = attributes.get(spec.key)
+            if isinstance(value, str) and value:
+                return value
+        return span_name
+
+    def included(self, tool: str) -> bool:
+        return self._include is not None and self._include.match(tool) is not None
+
+    def excluded(self, tool: str) -> bool:
+        return self._exclude is not None and self._exclude.match(tool) is not None
+
+    def internal_tool(self, tool: str) -> bool:
+        """A framework's own tool (smolagents' `final_answer`), unless `include` names it."""
+        return self._internal is not None and self._internal.match(tool) is not None and not self.included(tool)
+
+
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)) if patterns else None
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalRule:
     name: str
     declared: tuple[Condition, ...] = ()
@@ -73,6 +120,9 @@ class RetrievalRule:
     built_in: bool = True
     # A span that matches `when` is a retrieval even without documents (user mappings say so).
     when_declares: bool = False
+    # Tool spans: read only when one of its `declared` holds, documents only when document-shaped,
+    # the query from the call's arguments.
+    tool: ToolMatch | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +133,10 @@ class AnswerSource:
     messages: re.Pattern[str] | None = None  # indexed messages: groups (index, field, part...)
     role: str | None = None  # the field of a message that holds its role
     messages_text: str = ""  # as written, for the docs
+    # The content fields of a message, as regexes over the field: alternatives, the first a
+    # message has wins (OpenInference writes a Responses API message both as `content` and as
+    # `contents.{j}` parts: one answer, not two).
+    content_fields: tuple[re.Pattern[str], ...] = ()
 
     @property
     def keys_prefix(self) -> str:
@@ -111,6 +165,26 @@ class Convention:
     chain_output: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Reranking:
+    """A span that outputs the documents the model saw, by id (a re-ranker, a post-processor)."""
+
+    declared: tuple[Condition, ...] = ()  # any one says the span re-ranks (empty: any span)
+    ids: Spec | None = None  # an `{i}` pattern or an attribute holding the ids in order
+    ids_in_text: re.Pattern[str] | None = None  # else: ids found in an attribute's text, group 1
+    text_key: str | None = None
+    text_marker: str | None = None  # the text must contain this before the regex is run
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFraming:
+    """Field markers some frameworks write around an answer (DSPy's `[[ ## answer ## ]]`)."""
+
+    marker: re.Pattern[str]  # group 1: the field's name
+    end_fields: frozenset[str]
+    skip_fields: frozenset[str]
+
+
 @dataclass(frozen=True)
 class Table:
     conventions: tuple[Convention, ...]
@@ -120,6 +194,8 @@ class Table:
     document_containers: tuple[str, ...]
     document_text_fields: tuple[str, ...]
     redacted_texts: frozenset[str]
+    reranking: tuple[Reranking, ...] = ()
+    answer_framing: tuple[AnswerFraming, ...] = ()
 
     def convention(self, name: str) -> Convention:
         for convention in self.conventions:
@@ -130,6 +206,11 @@ class Table:
     @property
     def retrieval_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.conventions if c.retrieval is not None)
+
+    @property
+    def tool_rule(self) -> RetrievalRule | None:
+        """The convention that reads tool spans (`conventions.tools` configures it)."""
+        return next((c.retrieval for c in self.conventions if c.retrieval is not None and c.retrieval.tool), None)
 
     @property
     def llm_rules(self) -> tuple[LlmRule, ...]:
@@ -182,9 +263,17 @@ class _SourceModel(_Strict):
     marker: Marker = "look"
 
 
+class _ToolModel(_Strict):
+    declared: dict[str, list[str]] = Field(min_length=1)
+    name: list[str] = Field(default_factory=list)
+    query_fields: list[str] = Field(default_factory=list)
+    internal: list[str] = Field(default_factory=list)
+
+
 class _RetrievalModel(_Strict):
     declared: dict[str, list[str]] = Field(default_factory=dict)
     when: dict[str, list[str]] = Field(default_factory=dict)
+    tool: _ToolModel | None = None
     documents: list[_SourceModel]
     query: list[str] = Field(default_factory=list)
 
@@ -220,12 +309,28 @@ class _IndexBuildingModel(_Strict):
     attributes: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class _RerankingModel(_Strict):
+    declared: dict[str, list[str]] = Field(default_factory=dict)
+    ids: str | None = None
+    ids_in_text: str | None = None
+    text: str | None = None
+    text_marker: str | None = None
+
+
+class _FramingModel(_Strict):
+    marker: str
+    end_fields: list[str] = Field(default_factory=list)
+    skip_fields: list[str] = Field(default_factory=list)
+
+
 class _TableModel(_Strict):
     index_building: _IndexBuildingModel
     payload_attributes: list[str] = Field(default_factory=list)
     document_containers: list[str] = Field(default_factory=list)
     document_text_fields: list[str] = Field(min_length=1)
     redacted_texts: list[str] = Field(default_factory=list)
+    reranking: list[_RerankingModel] = Field(default_factory=list)
+    answer_framing: list[_FramingModel] = Field(default_factory=list)
     conventions: list[_ConventionModel]
 
     @field_validator("conventions")
@@ -268,10 +373,36 @@ def _compile_answer(raw: _AnswerModel) -> AnswerSource:
     if raw.messages is not None:
         if not raw.content:
             raise ValueError(f"messages {raw.messages!r}: `content` is missing")
+        fields = tuple(re.compile(re.escape(c).replace(re.escape("{j}"), r"\d{1,6}")) for c in raw.content)
         return AnswerSource(messages=_messages_pattern(raw.messages, raw.role, raw.content), role=raw.role,
-                            messages_text=raw.messages)
+                            messages_text=raw.messages, content_fields=fields)
     assert raw.value is not None
     return AnswerSource(value=parse_spec(raw.value), as_written=raw.as_written, strip_prefix=raw.strip_prefix)
+
+
+def _compile_reranking(raw: _RerankingModel) -> Reranking:
+    if (raw.ids is None) == (raw.ids_in_text is None):
+        raise ValueError("a reranking entry has either `ids` or `ids_in_text` (with `text`)")
+    if raw.ids_in_text is not None:
+        if raw.text is None:
+            raise ValueError("reranking: `ids_in_text` needs `text`, the attribute it is found in")
+        pattern = re.compile(raw.ids_in_text)
+        if pattern.groups != 1:
+            raise ValueError(f"reranking: {raw.ids_in_text!r} must have exactly one group (the id)")
+        return Reranking(conditions(raw.declared), None, pattern, raw.text, raw.text_marker)
+    assert raw.ids is not None
+    return Reranking(conditions(raw.declared), parse_spec(raw.ids))
+
+
+def _compile_framing(raw: _FramingModel) -> AnswerFraming:
+    pattern = re.compile(raw.marker)
+    if pattern.groups != 1:
+        raise ValueError(f"answer_framing: {raw.marker!r} must have exactly one group (the field's name)")
+    return AnswerFraming(pattern, frozenset(raw.end_fields), frozenset(raw.skip_fields))
+
+
+def _compile_tool(raw: _ToolModel) -> ToolMatch:
+    return ToolMatch(conditions(raw.declared), parse_specs(raw.name), tuple(raw.query_fields), tuple(raw.internal))
 
 
 def _compile(model: _TableModel) -> Table:
@@ -282,7 +413,8 @@ def _compile(model: _TableModel) -> Table:
             r = raw.retrieval
             retrieval = RetrievalRule(
                 name=raw.name, declared=conditions(r.declared), when=conditions(r.when),
-                sources=tuple(compile_source(s) for s in r.documents), query=parse_specs(r.query))
+                sources=tuple(compile_source(s) for s in r.documents), query=parse_specs(r.query),
+                tool=_compile_tool(r.tool) if r.tool is not None else None)
         llm = None
         if raw.llm is not None:
             m = raw.llm
@@ -292,7 +424,9 @@ def _compile(model: _TableModel) -> Table:
         conventions.append(Convention(raw.name, raw.title, raw.emitted_by, retrieval, llm, tuple(raw.chain_output)))
     return Table(tuple(conventions), tuple(model.index_building.names), conditions(model.index_building.attributes),
                  tuple(model.payload_attributes), tuple(model.document_containers),
-                 tuple(model.document_text_fields), frozenset(model.redacted_texts))
+                 tuple(model.document_text_fields), frozenset(model.redacted_texts),
+                 tuple(_compile_reranking(r) for r in model.reranking),
+                 tuple(_compile_framing(f) for f in model.answer_framing))
 
 
 def parse_table(text: str, source: str = "conventions table") -> Table:

@@ -48,6 +48,22 @@ def loads(value: Any) -> Any:
         return value
 
 
+def literal(value: Any) -> Any:
+    """`loads`, and text that is a Python literal (`str()` of a list or a dict, as Semantic
+    Kernel records a tool's result) read as one; anything else unchanged. The text was already
+    cut to the attribute limit, and the parser refuses deep nesting."""
+    decoded = loads(value)
+    if not isinstance(decoded, str) or decoded is not value:
+        return decoded
+    stripped = decoded.strip()
+    if stripped[:1] not in ("[", "{") or stripped[-1:] not in ("]", "}"):
+        return decoded
+    try:
+        return ast.literal_eval(stripped)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return decoded
+
+
 def as_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
@@ -141,8 +157,8 @@ def _find_answer(value: Any, depth: int) -> str | None:
     if not isinstance(value, dict):
         return None
     parts = value.get("parts")
-    if isinstance(parts, list):  # GenAI message: {role, parts: [{type: text, content}]}
-        texts = [p["content"] for p in parts if isinstance(p, dict) and isinstance(p.get("content"), str)]
+    if isinstance(parts, list):  # GenAI message {role, parts: [{type: text, content}]}; Gemini's [{text}]
+        texts = [t for t in (_part_text(p) for p in parts) if t is not None]
         return "\n".join(texts) if texts else None
     blocks = value.get("blocks")
     if isinstance(blocks, list):  # LlamaIndex ChatMessage: {role, blocks: [{block_type: text, text}]}
@@ -159,10 +175,21 @@ def _find_answer(value: Any, depth: int) -> str | None:
     return None
 
 
+def _part_text(part: Any) -> str | None:
+    if not isinstance(part, dict):
+        return None
+    for key in ("content", "text"):
+        if isinstance(part.get(key), str):
+            return part[key]
+    return None
+
+
 def _messages_without_text(value: Any) -> bool:
-    """GenAI messages ({role, parts}) whose parts hold no text (tool calls, empty text)."""
+    """Messages whose turn only called tools: GenAI messages ({role, parts}) whose parts hold no
+    text, or chat messages with `tool_calls` and no content (smolagents' `final_answer` call)."""
     items = value if isinstance(value, list) else [value]
-    return bool(items) and all(isinstance(m, dict) and isinstance(m.get("parts"), list) for m in items)
+    return bool(items) and all(isinstance(m, dict) and (isinstance(m.get("parts"), list) or (
+        bool(m.get("tool_calls")) and not m.get("content"))) for m in items)
 
 
 def _last_turn(items: list[Any]) -> list[Any]:

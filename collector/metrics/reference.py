@@ -63,6 +63,10 @@ def _label_values() -> str:
         ("`rank` (`ctxprec_rank_judged_total`)", f"`1` ... `20`, then `{rank_label(21)}`"),
         ("`relevant` (`ctxprec_rank_judged_total`)", "`true`, `false`"),
         ("`reference_kind`", "`expected_output`, `output`, `query`"),
+        ("`tool` (`ctxprec_tool_spans_not_taken_total`)",
+         "the tool's name (`gen_ai.tool.name`, `tool.name`, else the span name): the first 50 of a service, "
+         "then `other`; each is logged once with the setting that would take it, and "
+         "`/diagnostics/conventions` says why it was not taken"),
     ]
     for receiver, reasons in RECEIVER_ERROR_REASONS.items():
         rows.append((f"`reason` of receiver `{receiver}` (`ctxprec_receiver_errors_total`)",

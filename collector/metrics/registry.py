@@ -154,6 +154,14 @@ class Metrics:
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
         self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        # Silence made visible (collector/assembly/silence.py): an app that calls a model and
+        # retrieves in a way no convention reads gets no decision at all; these say so.
+        self.llm_spans_without_retrieval = Counter(
+            "ctxprec_llm_spans_without_retrieval", "LLM spans in sampled traces in which no retrieval was found, "
+            "by service.", ["service"], registry=r)
+        self.tool_spans_not_taken = Counter(
+            "ctxprec_tool_spans_not_taken", "Tool-call spans seen and not read as retrievals, by service and tool "
+            "name (50 names a service, then other).", ["service", "tool"], registry=r)
         self.late_log_records = Counter(
             "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was decided "
             "(the answer or prompt they carry was not read).", registry=r)

@@ -1,8 +1,11 @@
 """Spans that real instrumentors emitted (captured OTLP requests, tests/fixtures/otlp/README.md)
 read by assembly: Mastra's vector tools (core 1.70 and 1.71), the Vercel AI SDK 6 and 7 (both
 @ai-sdk/otel integrations) after a retrieval span the app wrote, OpenInference's GenAI dual
-write with and without document text, LlamaIndex's index build under OpenLLMetry, and Mastra
-shapes read by `conventions.mappings`.
+write with and without document text, LlamaIndex's index build under OpenLLMetry, Mastra
+shapes read by `conventions.mappings`, agent tools (Pydantic AI's own instrumentation with
+and without OpenInference's span processor, the OpenAI Agents SDK under OpenInference with the
+Responses and the Chat Completions API, a tool that is not a retriever), and OpenTelemetry
+GenAI retrieval spans with content capture on and off.
 
 Each request goes through the receiver's decoder and `OtlpIngest`: sampled, every retrieval is
 found once with its contexts in rank order, its query and the answer the mock model returned;
@@ -10,6 +13,8 @@ unsampled, the byte-level count gives the same number of retrievals.
 """
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,8 @@ from tests.helpers.rag_traces import CollectingSink
 from tests.realtraffic.apps.corpus import DOC_BY_ID, QUESTIONS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
+RUNS = FIXTURES.parent / "agent_runs"
+_TRACES = re.compile(r"^\d+\.(pb|json)$")  # logs-NNN.pb and metrics-NNN.pb are other signals
 QUERY = "How do I reset my password?"
 DOCS = ["To reset your password, open Settings > Security and choose Reset password.",
         "Our office is closed on public holidays.",
@@ -47,6 +54,7 @@ class Expected:
     query: str = QUERY
     without_text: int = 0
     span_name: str | None = None
+    answer_source: str = "llm_span"
 
 
 def _mastra(span: str = "execute_tool searchDocs", ids: list[str] | None = None) -> Expected:
@@ -56,6 +64,15 @@ def _mastra(span: str = "execute_tool searchDocs", ids: list[str] | None = None)
 
 def _app_retrieval(convention: str, answers: list[str]) -> list[Expected]:
     return [Expected(convention, DOCS, list(IDS), answer, span_name="retrieve") for answer in answers]
+
+
+def _agent_runs(name: str, convention: str, span: str, *, ids: bool = True,
+                answer_source: str = "llm_span") -> list[Expected]:
+    """What the app's run report says each question retrieved and was answered (`ids`: the spans
+    carry the documents' ids)."""
+    report = json.loads((RUNS / f"{name}.json").read_text())
+    return [Expected(convention, run["contexts"], run["context_ids"] if ids else [], run["answer"], run["query"],
+                     span_name=span, answer_source=answer_source) for run in report["runs"]]
 
 
 OBJECT_ANSWER = '{"answer":"' + ANSWER + '"}'
@@ -81,12 +98,44 @@ CASES: dict[str, list[Expected]] = {
     # Shapes the app chose: nothing is read without a mapping.
     "mastra171-workflow": [],
     "mastra171-tool": [],
+    # Agent apps (tests/realtraffic/agents): each question's retrieval tool once, the weather tool
+    # never; expected values from the run's own report (tests/fixtures/agent_runs/).
+    "pydantic-ai-genai": _agent_runs("pydantic-ai-genai", "tool", "execute_tool search_docs"),
+    "pydantic-ai-openinference": _agent_runs("pydantic-ai-openinference", "tool", "execute_tool search_docs"),
+    "pydantic-ai-weather": [],
+    "openai-agents-responses": _agent_runs("openai-agents-responses", "tool", "search_docs"),
+    "openai-agents-chat": _agent_runs("openai-agents-chat", "tool", "search_docs"),
+    # The tool marked RETRIEVER (`tool_span_kinds`): OpenInference's documents; the Responses API
+    # message's answer, under `content` and `contents.0`, is read once.
+    "openai-agents-retriever": _agent_runs("openai-agents-retriever", "openinference", "search_docs"),
+    # OpenTelemetry GenAI with content on the span; with content capture off the retrieval spans
+    # carry neither query nor documents: no_content, not no_contexts (below).
+    "otel-genai-span": _agent_runs("otel-genai-span", "genai", "retrieval"),
+    "otel-genai-off": [Expected("genai", [], [], None, "", without_text=1, span_name="retrieval")] * 3,
+    # Declared by gen_ai.operation.name, which the genai convention (first in order) reads too.
+    "langchain-openllmetry-nocontent": [Expected("genai", [], [], None, "", without_text=1,
+                                                 span_name="vector_db_retrieve VectorStoreRetriever")] * 3,
+    # No LLM span in ADK's trace (the model call is in its log records): the agent run's output
+    # (an ADK Event, the text in its Gemini-style parts).
+    "google-adk-openinference": _agent_runs("google-adk-openinference", "tool", "execute_tool search_docs",
+                                            answer_source="chain_output"),
+    # ADK's own spans with content on the span: the tool's GenAI result, the answer of the
+    # generate_content span after it.
+    "google-adk-native": _agent_runs("google-adk-native", "tool", "execute_tool search_docs"),
+    "crewai-openinference": _agent_runs("crewai-openinference", "tool", "search_docs.run"),
+    # smolagents answers through its `final_answer` tool: the model's last turn only calls it,
+    # so the agent's output is the answer.
+    "smolagents-openinference": _agent_runs("smolagents-openinference", "tool", "SimpleTool",
+                                            answer_source="chain_output"),
+    # LLMRerank keeps 2 of the retriever's 3, in its own order: those are scored.
+    "llamaindex-rerank-openinference": _agent_runs("llamaindex-rerank-openinference", "openinference",
+                                                   "VectorIndexRetriever.retrieve"),
+    # The answer without DSPy's [[ ## answer ## ]] framing.
+    "dspy-openinference": _agent_runs("dspy-openinference", "openinference", "Retrieve.forward", ids=False),
 }
 
 def _graph_result() -> Expected:
     """GraphRAG ranks by a random walk: the captured run's order is the tool result's own."""
-    import json
-
     [tool] = [s for request, _ in requests("mastra171-graph") for rs in request.resource_spans
               for ss in rs.scope_spans for s in ss.spans if s.name == "execute_tool searchDocs"]
     [result] = [json.loads(kv.value.string_value) for kv in tool.attributes if kv.key == "gen_ai.tool.call.result"]
@@ -117,7 +166,7 @@ mappings:
 
 def requests(name: str) -> list[tuple[ExportTraceServiceRequest, bytes | None]]:
     out = []
-    for path in sorted((FIXTURES / name).iterdir()):
+    for path in sorted(p for p in (FIXTURES / name).iterdir() if _TRACES.match(p.name)):
         body = path.read_bytes()
         content_type = "application/json" if path.suffix == ".json" else "application/x-protobuf"
         request = decode_export_request(body, content_type=content_type, content_encoding=None, max_bytes=1 << 24)
@@ -151,7 +200,7 @@ def check(retrievals: list[Retrieval], expected: list[Expected], spans: dict[str
         assert r.output == e.answer
         assert r.documents_without_text == e.without_text
         if e.answer is not None:
-            assert (r.answer_source, r.answer_clean) == ("llm_span", True)
+            assert (r.answer_source, r.answer_clean) == (e.answer_source, True)
 
 
 def span_names(name: str) -> dict[str, str]:
@@ -202,10 +251,14 @@ def test_the_genai_documents_of_the_dual_write_are_read_when_genai_comes_first()
         (e.query, e.contexts) for e in CORPUS)
 
 
-async def test_documents_without_text_are_decided_no_content_not_no_contexts() -> None:
+@pytest.mark.parametrize("name", ["langchain-openinference-genai-hidden", "otel-genai-off",
+                                  "langchain-openllmetry-nocontent"])
+async def test_documents_without_text_are_decided_no_content_not_no_contexts(name: str) -> None:
+    """Documents whose text was hidden, and retrieval spans recorded with content capture off
+    (no query, no documents key): `no_content`, never `no_contexts`."""
     from ctxprec.collector.sampling.decide import RetrievalGate
 
-    sink = await ingest_all("langchain-openinference-genai-hidden", rate=1.0)
+    sink = await ingest_all(name, rate=1.0)
     decided: list[Decision] = []
 
     class Decisions:

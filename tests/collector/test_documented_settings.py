@@ -85,6 +85,8 @@ STRUCTURED: dict[str, Any] = {
     "conventions.mapping": {"query": "app.question", "contexts": "app.documents$[*].text"},
     "conventions.mappings": [{"name": "step", "when": {"span.name": "retrieve"}, "query": "app.question",
                               "contexts": "app.documents$[*].text"}],
+    "conventions.tools.include": ["search_*"],
+    "conventions.tools.exclude": ["web_search"],
 }
 
 
@@ -117,14 +119,17 @@ def value_at(config: Any, key: str) -> Any:
 
 
 def nested(key: str, value: Any) -> dict[str, Any]:
-    section, _, name = key.partition(".")
-    return {section: {name: value}}
+    """`a.b.c` -> {a: {b: {c: value}}} (a block inside a section, such as conventions.tools)."""
+    out: Any = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
 
 
 def merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = {k: dict(v) for k, v in a.items()}
-    for section, values in b.items():
-        out.setdefault(section, {}).update(values)
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 

@@ -174,6 +174,6 @@ def test_a_bad_table_is_refused_naming_the_entry(change: tuple[str, str], messag
 
 
 def test_the_built_in_table_has_the_conventions_of_the_docs() -> None:
-    assert [c.name for c in table().conventions] == ["openinference", "genai", "openllmetry", "mastra", "vercel-ai"]
+    assert [c.name for c in table().conventions] == ["openinference", "genai", "openllmetry", "mastra", "tool", "vercel-ai"]
     with pytest.raises(ValidationError):
         ConventionConfig(order="openinference")  # a string is not a list

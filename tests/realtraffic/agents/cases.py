@@ -1,0 +1,51 @@
+"""Every agent app x instrumentor the tests run (a `Case`), and how to run one: the app in its own
+process in the agents' virtual environment (.venv-agents, built by `make test`), exporting to the
+OTLP/HTTP endpoint given as `OTEL_EXPORTER_OTLP_ENDPOINT`."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.framework_apps import ROOT, run_report
+
+AGENTS_PYTHON = ROOT / ".venv-agents" / "bin" / "python"
+APPS_PYTHON = ROOT / ".venv-apps" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    app: str
+    variant: str
+    env: dict[str, str] = field(default_factory=dict)
+    # What ctxprec should decide for each retrieval: evaluated, or no_content (content capture off).
+    expect: str = "evaluated"
+
+
+CASES: tuple[Case, ...] = (
+    Case("pydantic-ai-genai", "pydantic-ai", "genai"),
+    Case("pydantic-ai-openinference", "pydantic-ai", "openinference"),
+    Case("pydantic-ai-weather", "pydantic-ai", "weather", expect="none"),
+)
+CASE_BY_NAME = {case.name: case for case in CASES}
+
+
+def _python() -> Path:
+    if not AGENTS_PYTHON.exists():
+        raise RuntimeError(f"{AGENTS_PYTHON} is missing: run `make test` (it builds the agent apps' environment)")
+    return AGENTS_PYTHON
+
+
+async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Runs the case's app once (every question); returns its report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        args = [str(_python()), "-m", "tests.realtraffic.agents.runner", "--app", case.app,
+                "--variant", case.variant, "--service-name", service, "--out", str(out)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "PYTHON", "OPENAI_"))}
+        env.update(case.env)
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+        return await run_report(args, env=env, out=out, what=f"{case.name} app", timeout_s=timeout_s)

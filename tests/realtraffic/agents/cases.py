@@ -29,6 +29,9 @@ CASES: tuple[Case, ...] = (
     Case("pydantic-ai-genai", "pydantic-ai", "genai"),
     Case("pydantic-ai-openinference", "pydantic-ai", "openinference"),
     Case("pydantic-ai-weather", "pydantic-ai", "weather", expect="none"),
+    Case("openai-agents-responses", "openai-agents", "responses"),
+    Case("openai-agents-chat", "openai-agents", "chat"),
+    Case("openai-agents-retriever", "openai-agents", "retriever"),
 )
 CASE_BY_NAME = {case.name: case for case in CASES}
 

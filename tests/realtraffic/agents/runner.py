@@ -25,6 +25,7 @@ from tests.realtraffic.apps.corpus import QUESTIONS
 
 APPS = {
     "pydantic-ai": "pydantic_ai_app",
+    "openai-agents": "openai_agents_app",
 }
 WEATHER_QUESTION = f"What is the weather like in {WEATHER_CITY}?"
 

@@ -32,6 +32,10 @@ CASES: tuple[Case, ...] = (
     Case("openai-agents-responses", "openai-agents", "responses"),
     Case("openai-agents-chat", "openai-agents", "chat"),
     Case("openai-agents-retriever", "openai-agents", "retriever"),
+    Case("otel-genai-span", "otel-genai", "span", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"}),
+    Case("otel-genai-events", "otel-genai", "events",
+         {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"}),
+    Case("otel-genai-off", "otel-genai", "off", expect="no_content"),
 )
 CASE_BY_NAME = {case.name: case for case in CASES}
 

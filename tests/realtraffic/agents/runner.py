@@ -26,6 +26,7 @@ from tests.realtraffic.apps.corpus import QUESTIONS
 APPS = {
     "pydantic-ai": "pydantic_ai_app",
     "openai-agents": "openai_agents_app",
+    "otel-genai": "otel_genai_app",
 }
 WEATHER_QUESTION = f"What is the weather like in {WEATHER_CITY}?"
 
@@ -34,8 +35,10 @@ def _module(app: str) -> Any:
     return importlib.import_module(f"tests.realtraffic.agents.{APPS[app]}")
 
 
-def _run(query: str, answer: str) -> dict[str, Any]:
-    hits = tools.retrieved_for(query)
+def _run(module: Any, app: Any, query: str) -> dict[str, Any]:
+    """What the app retrieved (its own record: a tool's calls, or the app's retriever) and answered."""
+    answer = module.ask(app, query)
+    hits = module.retrieved(app, query) if hasattr(module, "retrieved") else tools.retrieved_for(query)
     return {"query": query, "contexts": [h["content"] for h in hits], "context_ids": [h["id"] for h in hits],
             "answer": answer, "tool": "search_docs" if hits else ("get_weather" if tools.CALLS.weather else None)}
 
@@ -56,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry = module.telemetry(args.variant, args.service_name)
     with fake_llm_server() as base_url:
         app = module.build(args.variant, base_url, FAKE_API_KEY)
-        runs = [_run(q, module.ask(app, q)) for q in questions]
+        runs = [_run(module, app, q) for q in questions]
     telemetry.shutdown()
     args.out.write_text(json.dumps({"app": args.app, "variant": args.variant, "runs": runs}, indent=2) + "\n")
     return 0

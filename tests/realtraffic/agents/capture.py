@@ -53,7 +53,7 @@ class BodyWriter:
         return written
 
 
-async def capture(case: Case) -> list[Path]:
+async def capture(case: Case, python: Path | None) -> list[Path]:
     writer = BodyWriter()
     app = web.Application(client_max_size=64 << 20)
     for path in PREFIX:
@@ -64,7 +64,8 @@ async def capture(case: Case) -> list[Path]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        report = await run_case(case, endpoint=f"http://127.0.0.1:{port}", service=f"capture-{case.name}")
+        report = await run_case(case, endpoint=f"http://127.0.0.1:{port}", service=f"capture-{case.name}",
+                                python=python)
         await asyncio.sleep(0.3)
     finally:
         await runner.cleanup()
@@ -107,11 +108,11 @@ def show(name: str, width: int = 200) -> None:
                         print(f"    {kv.key} = {str(plain(kv.value))[:width]}")
 
 
-async def main(only: str | None) -> None:
+async def main(only: str | None, python: Path | None) -> None:
     for case in CASES:
-        if only and not case.name.startswith(only):
+        if (only and not case.name.startswith(only)) or (case.capture_only and not only):
             continue
-        files = await capture(case)
+        files = await capture(case, python)
         print(f"{case.name}: {len(files)} requests -> {OTLP_FIXTURES / case.name}")
 
 
@@ -119,8 +120,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", help="cases whose name starts with this")
     parser.add_argument("--show", metavar="CASE", help="print a capture instead")
+    parser.add_argument("--python", type=Path, help="the app's interpreter (default .venv-agents/bin/python)")
     args = parser.parse_args()
     if args.show:
         show(args.show)
     else:
-        asyncio.run(main(args.only))
+        asyncio.run(main(args.only, args.python))

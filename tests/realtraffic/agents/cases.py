@@ -21,8 +21,15 @@ class Case:
     app: str
     variant: str
     env: dict[str, str] = field(default_factory=dict)
-    # What ctxprec should decide for each retrieval: evaluated, or no_content (content capture off).
+    # What ctxprec should decide for each retrieval: evaluated, no_content (content capture off),
+    # or none (the agent retrieved nothing).
     expect: str = "evaluated"
+    # "agents": tests/realtraffic/agents/runner.py in .venv-agents (app, variant); "apps": the
+    # framework apps' runner in .venv-apps (tests/realtraffic/apps/runner.py), with `apps_args`.
+    runner: str = "agents"
+    apps_args: tuple[str, ...] = ()
+    # Captured once in an environment of its own (tests/fixtures/otlp/README.md says which); not run by the tests.
+    capture_only: bool = False
 
 
 CASES: tuple[Case, ...] = (
@@ -36,22 +43,38 @@ CASES: tuple[Case, ...] = (
     Case("otel-genai-events", "otel-genai", "events",
          {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"}),
     Case("otel-genai-off", "otel-genai", "off", expect="no_content"),
+    Case("langchain-openllmetry-nocontent", "langchain", "openllmetry", {"TRACELOOP_TRACE_CONTENT": "false"},
+         expect="no_content", runner="apps",
+         apps_args=("--framework", "langchain", "--instrumentor", "openllmetry", "--shape", "direct")),
+    Case("llamaindex-rerank-openinference", "llamaindex", "openinference", runner="apps",
+         apps_args=("--framework", "llamaindex", "--instrumentor", "openinference", "--shape", "direct", "--rerank")),
+    # openai-v2's v1.30 path (prompts and completions as gen_ai.* events), only with util-genai 0.4b0.
+    Case("otel-genai-events-legacy", "otel-genai", "events", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"},
+         capture_only=True),
 )
 CASE_BY_NAME = {case.name: case for case in CASES}
 
 
-def _python() -> Path:
+def _python(python: Path | None) -> Path:
+    if python:
+        return python
     if not AGENTS_PYTHON.exists():
         raise RuntimeError(f"{AGENTS_PYTHON} is missing: run `make test` (it builds the agent apps' environment)")
     return AGENTS_PYTHON
 
 
-async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Runs the case's app once (every question); returns its report."""
+async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float = 120.0,
+                   python: Path | None = None) -> dict[str, Any]:
+    """Runs the case's app once (every question), in .venv-agents unless `python` says otherwise;
+    returns its report."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        args = [str(_python()), "-m", "tests.realtraffic.agents.runner", "--app", case.app,
-                "--variant", case.variant, "--service-name", service, "--out", str(out)]
+        if case.runner == "apps":
+            args = [str(python or APPS_PYTHON), "-m", "tests.realtraffic.apps.runner", *case.apps_args,
+                    "--endpoint", f"{endpoint}/v1/traces", "--service-name", service, "--out", str(out)]
+        else:
+            args = [str(_python(python)), "-m", "tests.realtraffic.agents.runner", "--app", case.app,
+                    "--variant", case.variant, "--service-name", service, "--out", str(out)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "PYTHON", "OPENAI_"))}
         env.update(case.env)
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint

@@ -43,6 +43,7 @@ CASES: tuple[Case, ...] = (
     Case("otel-genai-events", "otel-genai", "events",
          {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"}),
     Case("otel-genai-off", "otel-genai", "off", expect="no_content"),
+    Case("dspy-openinference", "dspy", "openinference"),
     Case("langchain-openllmetry-nocontent", "langchain", "openllmetry", {"TRACELOOP_TRACE_CONTENT": "false"},
          expect="no_content", runner="apps",
          apps_args=("--framework", "langchain", "--instrumentor", "openllmetry", "--shape", "direct")),

@@ -27,6 +27,7 @@ APPS = {
     "pydantic-ai": "pydantic_ai_app",
     "openai-agents": "openai_agents_app",
     "otel-genai": "otel_genai_app",
+    "dspy": "dspy_app",
 }
 WEATHER_QUESTION = f"What is the weather like in {WEATHER_CITY}?"
 

@@ -44,6 +44,8 @@ CASES: tuple[Case, ...] = (
          {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"}),
     Case("otel-genai-off", "otel-genai", "off", expect="no_content"),
     Case("dspy-openinference", "dspy", "openinference"),
+    Case("smolagents-openinference", "smolagents", "openinference"),
+    Case("google-adk-openinference", "google-adk", "openinference"),
     Case("langchain-openllmetry-nocontent", "langchain", "openllmetry", {"TRACELOOP_TRACE_CONTENT": "false"},
          expect="no_content", runner="apps",
          apps_args=("--framework", "langchain", "--instrumentor", "openllmetry", "--shape", "direct")),

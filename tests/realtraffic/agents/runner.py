@@ -28,6 +28,8 @@ APPS = {
     "openai-agents": "openai_agents_app",
     "otel-genai": "otel_genai_app",
     "dspy": "dspy_app",
+    "smolagents": "smolagents_app",
+    "google-adk": "adk_app",
 }
 WEATHER_QUESTION = f"What is the weather like in {WEATHER_CITY}?"
 

@@ -11,8 +11,7 @@ from typing import Any
 
 from tests.helpers.framework_apps import ROOT, run_report
 
-AGENTS_PYTHON = ROOT / ".venv-agents" / "bin" / "python"
-APPS_PYTHON = ROOT / ".venv-apps" / "bin" / "python"
+AGENTS_VENV = ".venv-agents"
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,7 @@ class Case:
     # "agents": tests/realtraffic/agents/runner.py in .venv-agents (app, variant); "apps": the
     # framework apps' runner in .venv-apps (tests/realtraffic/apps/runner.py), with `apps_args`.
     runner: str = "agents"
+    venv: str = AGENTS_VENV  # the agents runner's environment (CrewAI has one of its own)
     apps_args: tuple[str, ...] = ()
     # Captured once in an environment of its own (tests/fixtures/otlp/README.md says which); not run by the tests.
     capture_only: bool = False
@@ -46,6 +46,7 @@ CASES: tuple[Case, ...] = (
     Case("dspy-openinference", "dspy", "openinference"),
     Case("smolagents-openinference", "smolagents", "openinference"),
     Case("google-adk-openinference", "google-adk", "openinference"),
+    Case("crewai-openinference", "crewai", "openinference", venv=".venv-crewai"),
     Case("langchain-openllmetry-nocontent", "langchain", "openllmetry", {"TRACELOOP_TRACE_CONTENT": "false"},
          expect="no_content", runner="apps",
          apps_args=("--framework", "langchain", "--instrumentor", "openllmetry", "--shape", "direct")),
@@ -58,12 +59,13 @@ CASES: tuple[Case, ...] = (
 CASE_BY_NAME = {case.name: case for case in CASES}
 
 
-def _python(python: Path | None) -> Path:
+def _python(case: Case, python: Path | None) -> Path:
     if python:
         return python
-    if not AGENTS_PYTHON.exists():
-        raise RuntimeError(f"{AGENTS_PYTHON} is missing: run `make test` (it builds the agent apps' environment)")
-    return AGENTS_PYTHON
+    path = ROOT / (case.venv if case.runner == "agents" else ".venv-apps") / "bin" / "python"
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run `make test` (it builds the apps' environments)")
+    return path
 
 
 async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float = 120.0,
@@ -73,10 +75,10 @@ async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         if case.runner == "apps":
-            args = [str(python or APPS_PYTHON), "-m", "tests.realtraffic.apps.runner", *case.apps_args,
+            args = [str(_python(case, python)), "-m", "tests.realtraffic.apps.runner", *case.apps_args,
                     "--endpoint", f"{endpoint}/v1/traces", "--service-name", service, "--out", str(out)]
         else:
-            args = [str(_python(python)), "-m", "tests.realtraffic.agents.runner", "--app", case.app,
+            args = [str(_python(case, python)), "-m", "tests.realtraffic.agents.runner", "--app", case.app,
                     "--variant", case.variant, "--service-name", service, "--out", str(out)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "PYTHON", "OPENAI_"))}
         env.update(case.env)

@@ -30,6 +30,7 @@ APPS = {
     "dspy": "dspy_app",
     "smolagents": "smolagents_app",
     "google-adk": "adk_app",
+    "crewai": "crewai_app",
 }
 WEATHER_QUESTION = f"What is the weather like in {WEATHER_CITY}?"
 

@@ -145,15 +145,19 @@ def _make_llm(kind: LLMKind) -> LLM:
 
 def instrument(instrumentor: str, provider: TracerProvider) -> None:
     if instrumentor == "openinference":
+        # doc: llamaindex-openinference
         from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
         LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     elif instrumentor == "openllmetry":
+        # doc: llamaindex-openllmetry
         from opentelemetry.instrumentation.llamaindex import (
             LlamaIndexInstrumentor as TraceloopInstrumentor,
         )
 
         TraceloopInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     else:
         raise ValueError(f"no {instrumentor} instrumentor for llamaindex")
 

@@ -61,7 +61,7 @@ async def test_agent_traffic_is_decided_as_the_app_retrieved(case: Case, make_st
             await wait_until(lambda: sum(pipeline.fanout.counts.values()) >= (len(runs) if retrieving else 0),
                              timeout=30, what="a decision for every retrieval")
             await wait_until(lambda: len(capture.spans) > 0, timeout=30, what="the app's spans downstream")
-            await asyncio.sleep(1.0)  # past the quiet period: a second (wrong) decision would show up now
+            await asyncio.sleep(0.5)  # past the quiet period: a second (wrong) decision would show up now
             metrics = scrape(await metrics_text(pipeline))
         if case.expect == "none":
             assert pipeline.fanout.counts == {}, "a tool that is not a retriever was taken as one"
@@ -72,7 +72,7 @@ async def test_agent_traffic_is_decided_as_the_app_retrieved(case: Case, make_st
         assert value(metrics, "ctxprec_samples_total", service=service, decision=case.expect) == len(runs)
         if case.expect == "evaluated":
             batch = await batch_scores(stub, runs, tmp_path)
-            assert_scored_like_the_batch(runs, outcomes.items, batch, capture, service)
+            assert_scored_like_the_batch(runs, outcomes.items, batch, capture, service, case.answer_source)
         if case.env.get(CONTENT) == "event_only":  # the answers travelled as log records: forwarded too
             details = [log for log in capture.logs if log.event_name == "gen_ai.client.inference.operation.details"]
             assert len(details) == len(runs)

@@ -19,10 +19,12 @@ Figures per case and version, in `cases`:
 - `retrievals`: retrievals the app made (its report: the questions whose tool or retriever
   returned documents; the weather agent makes none);
 - `decisions`: `ctxprec_samples_total{service}` by decision;
-- `right_contexts`: the app's retrievals that reached the judge with their query and their
-  contexts in the order the model saw them (the tool's result; LLMRerank's list);
-- `right_answers`: of those, the ones judged against the fake model's answer (`reference_kind`
-  `output`, the reference exactly the text the model returned);
+- `judged_in_rank_order` (right contexts): the app's retrievals that reached the judge with their
+  query and their contexts in the order the model saw them (the tool's result; LLMRerank's list);
+- `clean_answers` (right answers): the app's retrievals judged with those contexts against the fake
+  model's answer (`reference_kind` `output`, the reference exactly the text the model returned);
+- the other figures of bench/js_matrix_before_after.py (`with_documents`, `reference_kind`,
+  `answer_source`, `scored_spans`, `extra_judged`...), and `log_records_forwarded`;
 - `as_expected`: the case's expected outcome reached (tests/realtraffic/test_agents.py asserts
   it): every retrieval evaluated with right contexts and answer; or, content capture off, every
   retrieval decided `no_content`; or, the weather agent, no decision at all.
@@ -40,13 +42,12 @@ import stat
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, baseline_code, machine, write_result
-from bench.js_matrix_before_after import NO_DOCUMENTS, Refused, Serve, Version, judged_matches
+from bench.js_matrix_before_after import Refused, Serve, Version, _decisions, figures
 from tests.helpers.framework_apps import runs_of
 from tests.realtraffic.agents.cases import CASES, Case, run_case
 
@@ -85,7 +86,7 @@ def as_expected(case: Case, record: dict[str, Any]) -> bool:
         return not decisions
     if case.expect == "no_content":
         return decisions == {"no_content": n}
-    return decisions == {"evaluated": n} and record["right_contexts"] == record["right_answers"] == n
+    return decisions == {"evaluated": n} and record["judged_in_rank_order"] == record["clean_answers"] == n
 
 
 async def run_case_on(case: Case, version: CodeVersion, tmp: Path) -> dict[str, Any]:
@@ -111,32 +112,10 @@ async def run_case_on(case: Case, version: CodeVersion, tmp: Path) -> dict[str, 
     finally:
         await serve.__aexit__()
 
-    def by(name: str, key: str) -> dict[str, int]:
-        return {dict(labels)[key]: int(v) for (n, labels), v in sorted(m.items())
-                if n == name and dict(labels).get("service") == service and v}
-
-    decisions = by("ctxprec_samples_total", "decision")
-    in_order, clean, extra = judged_matches(version.tap.requests, runs)
-    record.update(
-        retrievals=len(runs),
-        decisions=decisions,
-        decisions_total=sum(decisions.values()),
-        with_documents=sum(v for k, v in decisions.items() if k not in NO_DOCUMENTS),
-        right_contexts=in_order,
-        right_answers=clean,
-        extra_judged=extra,
-        reference_kind=by("ctxprec_reference_kind_total", "reference_kind"),
-        answer_source=dict(Counter(str(s.attributes.get("ctxprec.answer_source")) for s in scored)),
-        scored_spans=dict(Counter(s.name for s in scored)),
-        log_records_forwarded=logs_forwarded,
-        seconds=round(time.monotonic() - started, 1),
-    )
+    record.update(figures(m, service, scored, version.tap.requests, runs),
+                  log_records_forwarded=logs_forwarded, seconds=round(time.monotonic() - started, 1))
     record["as_expected"] = as_expected(case, record)
     return record
-
-
-def _decisions(rec: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(rec["decisions"].items())) or "none"
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -147,9 +126,11 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     yes = {True: "yes", False: "no"}
     for row in rows:
         b, a = row["before"], row["after"]
-        lines.append(f"| {row['case']} | {row['app']} | {a['retrievals']} | {_decisions(b)} | {b['right_contexts']} | "
-                     f"{b['right_answers']} | {_decisions(a)} | {a['right_contexts']} | {a['right_answers']} | "
-                     f"{row['expected']} | {yes[b['as_expected']]} / {yes[a['as_expected']]} |")
+        cells = [row["case"], row["app"], a["retrievals"]]
+        for rec in (b, a):
+            cells += [_decisions(rec), rec["judged_in_rank_order"], rec["clean_answers"]]
+        cells += [row["expected"], f"{yes[b['as_expected']]} / {yes[a['as_expected']]}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
 
@@ -158,7 +139,7 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     for label in ("before", "after"):
         recs = [r[label] for r in rows]
         out[label] = {key: sum(r[key] for r in recs)
-                      for key in ("retrievals", "decisions_total", "right_contexts", "right_answers")}
+                      for key in ("retrievals", "decisions_total", "judged_in_rank_order", "clean_answers")}
         out[label]["cases_as_expected"] = sum(1 for r in recs if r["as_expected"])
     out["cases"] = {"total": len(rows)}
     return out

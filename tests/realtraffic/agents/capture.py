@@ -17,10 +17,10 @@ from pathlib import Path
 
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.helpers.otlp_capture import plain
 from tests.realtraffic.agents.cases import CASES, Case, run_case
+from tests.realtraffic.capture_js import otlp_json, show_requests
 
 ROOT = Path(__file__).resolve().parents[3]
 OTLP_FIXTURES = ROOT / "tests" / "fixtures" / "otlp"
@@ -79,30 +79,12 @@ async def capture(case: Case, python: Path | None) -> list[Path]:
 def show(name: str, width: int = 200) -> None:
     """Prints a capture's spans as trees and its log records, each attribute on its own line."""
     folder = OTLP_FIXTURES / name
-    spans = [(dict((kv.key, plain(kv.value)) for kv in rs.resource.attributes), span)
-             for path in sorted(folder.glob("[0-9]*.pb"))
-             for rs in ExportTraceServiceRequest.FromString(path.read_bytes()).resource_spans
-             for ss in rs.scope_spans for span in ss.spans]
-    ids = {span.span_id for _, span in spans}
-    children: dict[bytes, list] = {}
-    for _, span in spans:
-        children.setdefault(span.parent_span_id if span.parent_span_id in ids else b"", []).append(span)
-
-    def walk(span, depth: int) -> None:  # type: ignore[no-untyped-def]
-        pad = "  " * depth
-        print(f"{pad}[{span.name}] trace {span.trace_id.hex()[:8]} span {span.span_id.hex()[:8]}")
-        for kv in span.attributes:
-            print(f"{pad}    {kv.key} = {str(plain(kv.value))[:width]!s}")
-        for child in sorted(children.get(span.span_id, []), key=lambda s: s.start_time_unix_nano):
-            walk(child, depth + 1)
-
-    for root in sorted(children.get(b"", []), key=lambda s: s.start_time_unix_nano):
-        walk(root, 0)
+    show_requests([otlp_json(path.read_bytes()) for path in sorted(folder.glob("[0-9]*.pb"))], width)
     for path in sorted(folder.glob("logs-*.pb")):
         for rl in ExportLogsServiceRequest.FromString(path.read_bytes()).resource_logs:
             for sl in rl.scope_logs:
                 for record in sl.log_records:
-                    print(f"log {record.event_name or ''} trace {record.trace_id.hex()[:8]} span {record.span_id.hex()[:8]}"
+                    print(f"log {record.event_name} trace {record.trace_id.hex()[:8]} span {record.span_id.hex()[:8]}"
                           f" body={str(plain(record.body))[:width]}")
                     for kv in record.attributes:
                         print(f"    {kv.key} = {str(plain(kv.value))[:width]}")

@@ -1,6 +1,6 @@
 """Google ADK `LlmAgent` with a retrieval tool, its model ADK's `LiteLlm` (litellm's OpenAI client)
-against the fake model server; traced by ADK's own OpenTelemetry spans and OpenInference's
-instrumentor (`openinference-instrumentation-google-adk`)."""
+against the fake model server; traced by ADK's own OpenTelemetry spans alone (`native`), or with
+OpenInference's instrumentor (`openinference-instrumentation-google-adk`)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,12 +10,14 @@ from typing import Any
 from tests.realtraffic.agents import tools
 from tests.realtraffic.agents.telemetry import Telemetry, setup
 
-VARIANTS = ("openinference",)
+VARIANTS = ("openinference", "native")
 APP_NAME = "kestrel_support"
 
 
 def telemetry(variant: str, service_name: str) -> Telemetry:
     result = setup(service_name)
+    if variant == "native":  # ADK writes its spans to the global tracer provider by itself
+        return result
     # doc: google-adk
     from openinference.instrumentation.google_adk import GoogleADKInstrumentor
 

@@ -51,6 +51,8 @@ CASES: tuple[Case, ...] = (
     # text); ADK's model span encloses the tool call instead of following it.
     Case("smolagents-openinference", "smolagents", "openinference", answer_source="chain_output"),
     Case("google-adk-openinference", "google-adk", "openinference", answer_source="chain_output"),
+    # ADK's own spans carry content with OpenTelemetry's GenAI variable (without it: no tool arguments, no result).
+    Case("google-adk-native", "google-adk", "native", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"}),
     Case("crewai-openinference", "crewai", "openinference", venv=".venv-crewai"),
     Case("langchain-openllmetry-nocontent", "langchain", "openllmetry", {"TRACELOOP_TRACE_CONTENT": "false"},
          expect="no_content", runner="apps",

@@ -1,6 +1,6 @@
 """Every agent app x instrumentor the tests run (a `Case`), and how to run one: the app in its own
-process in the agents' virtual environment (.venv-agents, built by `make test`), exporting to the
-OTLP/HTTP endpoint given as `OTEL_EXPORTER_OTLP_ENDPOINT`."""
+process in its virtual environment (.venv-agents, .venv-crewai or .venv-apps, built by `make
+test`), exporting to the OTLP/HTTP endpoint given as `OTEL_EXPORTER_OTLP_ENDPOINT`."""
 from __future__ import annotations
 
 import os
@@ -63,7 +63,6 @@ CASES: tuple[Case, ...] = (
     Case("otel-genai-events-legacy", "otel-genai", "events", {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"},
          capture_only=True),
 )
-CASE_BY_NAME = {case.name: case for case in CASES}
 
 
 def _python(case: Case, python: Path | None) -> Path:
@@ -77,8 +76,8 @@ def _python(case: Case, python: Path | None) -> Path:
 
 async def run_case(case: Case, *, endpoint: str, service: str, timeout_s: float = 120.0,
                    python: Path | None = None) -> dict[str, Any]:
-    """Runs the case's app once (every question), in .venv-agents unless `python` says otherwise;
-    returns its report."""
+    """Runs the case's app once (every question), in the case's environment unless `python` says
+    otherwise; returns its report."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         if case.runner == "apps":

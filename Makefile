@@ -12,6 +12,17 @@ APPS_VENV := .venv-apps
 APPS_STAMP := $(APPS_VENV)/.installed
 APPS_REQUIREMENTS := tests/realtraffic/apps/requirements.txt
 APPS_CONSTRAINTS := tests/realtraffic/apps/constraints.txt
+# The agent apps (Pydantic AI, OpenAI Agents SDK, OpenTelemetry's GenAI instrumentations, DSPy,
+# smolagents, Google ADK) need the OpenAI SDK 3 and OpenTelemetry <= 1.44; CrewAI the OpenAI SDK 2
+# and OpenTelemetry >= 1.45: an environment each.
+AGENTS_VENV := .venv-agents
+AGENTS_STAMP := $(AGENTS_VENV)/.installed
+AGENTS_REQUIREMENTS := tests/realtraffic/agents/requirements.txt
+AGENTS_CONSTRAINTS := tests/realtraffic/agents/constraints.txt
+CREWAI_VENV := .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed
+CREWAI_REQUIREMENTS := tests/realtraffic/agents/crewai/requirements.txt
+CREWAI_CONSTRAINTS := tests/realtraffic/agents/crewai/constraints.txt
 PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
@@ -54,6 +65,16 @@ $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
 	$(APPS_VENV)/bin/pip install --quiet -r $(APPS_REQUIREMENTS) -c $(APPS_CONSTRAINTS)
 	touch $@
 
+$(AGENTS_STAMP): $(AGENTS_REQUIREMENTS) $(AGENTS_CONSTRAINTS)
+	test -x $(AGENTS_VENV)/bin/python || $(PY) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/pip install --quiet -r $(AGENTS_REQUIREMENTS) -c $(AGENTS_CONSTRAINTS)
+	touch $@
+
+$(CREWAI_STAMP): $(CREWAI_REQUIREMENTS) $(CREWAI_CONSTRAINTS)
+	test -x $(CREWAI_VENV)/bin/python || $(PY) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/pip install --quiet -r $(CREWAI_REQUIREMENTS) -c $(CREWAI_CONSTRAINTS)
+	touch $@
+
 $(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
 	rm -rf $(PHOENIX_VENV)
 	$(PY) -m venv $(PHOENIX_VENV)
@@ -82,7 +103,7 @@ venv: $(STAMP)
 system-deps:
 	@sh tests/install-system-deps.sh
 
-test-deps: $(TEST_STAMP) $(APPS_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
+test-deps: $(TEST_STAMP) $(APPS_STAMP) $(AGENTS_STAMP) $(CREWAI_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
 
 # The demo ends by itself after 90 s with its summary; DURATION=0 keeps it running until Ctrl-C,
 # DURATION=300 runs it for five minutes.
@@ -112,4 +133,4 @@ bench: $(TEST_STAMP) $(PHOENIX_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) $(APPS_VENV) $(PHOENIX_VENV) $(LLAMA_VENV) $(LLAMA_BUILD) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache
+	rm -rf $(VENV) $(APPS_VENV) $(AGENTS_VENV) $(CREWAI_VENV) $(PHOENIX_VENV) $(LLAMA_VENV) $(LLAMA_BUILD) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache

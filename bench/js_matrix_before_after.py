@@ -395,13 +395,24 @@ async def run_target(target: Target, version: Version, tmp: Path) -> dict[str, A
                       clean_answers=0, seconds=round(time.monotonic() - started, 1))
         return record
 
+    record.update(figures(m, service, scored, version.tap.requests, runs),
+                  spans_received=int(sum(v for (n, _), v in m.items() if n == "ctxprec_spans_received_total")),
+                  seconds=round(time.monotonic() - started, 1))
+    return record
+
+
+def figures(m: dict[tuple[str, tuple[tuple[str, str], ...]], float], service: str, scored: list[Any],
+            requests: list[dict[str, Any]], runs: list[AppRun]) -> dict[str, Any]:
+    """One run's figures (the module docstring says each) from the serve's metrics, the scored
+    spans it forwarded and the judge requests it made, beside what the app retrieved."""
+
     def by(name: str, key: str) -> dict[str, int]:
         return {dict(labels)[key]: int(v) for (n, labels), v in sorted(m.items())
                 if n == name and dict(labels).get("service") == service and v}
 
     decisions = by("ctxprec_samples_total", "decision")
-    in_order, clean, extra = judged_matches(version.tap.requests, runs)
-    record.update(
+    in_order, clean, extra = judged_matches(requests, runs)
+    return dict(
         retrievals=len(runs),
         decisions=decisions,
         decisions_total=sum(decisions.values()),
@@ -412,12 +423,9 @@ async def run_target(target: Target, version: Version, tmp: Path) -> dict[str, A
         answer_source=dict(Counter(str(s.attributes.get("ctxprec.answer_source")) for s in scored)),
         answer_raw=sum(1 for s in scored if s.attributes.get("ctxprec.answer_raw")),
         scored_spans=dict(Counter(s.name for s in scored)),
-        judge_requests=sum(1 for r in version.tap.requests if r.get("task") == "verdicts"),
+        judge_requests=sum(1 for r in requests if r.get("task") == "verdicts"),
         extra_judged=extra,
-        spans_received=int(sum(v for (n, _), v in m.items() if n == "ctxprec_spans_received_total")),
-        seconds=round(time.monotonic() - started, 1),
     )
-    return record
 
 
 # -- the table ---------------------------------------------------------------------------------

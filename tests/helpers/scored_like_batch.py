@@ -80,9 +80,10 @@ def _key(run: AppRun) -> tuple[str, tuple[str, ...], str]:
 
 
 def assert_scored_like_the_batch(runs: list[AppRun], outcomes: list[Outcome], batch: dict[str, float],
-                                 capture: OtlpCapture, service: str) -> None:
+                                 capture: OtlpCapture, service: str, answer_source: str = "llm_span") -> None:
     """Each run's retrieval: its contexts in rank order, the model's answer read cleanly from an
-    LLM span, judged against it, the batch's score, and the scored span forwarded downstream."""
+    LLM span (or the `answer_source` given), judged against it, the batch's score, and the scored
+    span forwarded downstream."""
     by_query = {o.retrieval.query: o for o in outcomes}
     assert sorted(by_query) == sorted(r.query for r in runs)
     for run in runs:
@@ -91,12 +92,12 @@ def assert_scored_like_the_batch(runs: list[AppRun], outcomes: list[Outcome], ba
         assert result is not None
         assert [c.content for c in r.contexts] == run.contexts  # rank order
         assert r.output == run.answer
-        assert (r.answer_source, r.answer_clean, result.reference_kind) == ("llm_span", True, "output")
+        assert (r.answer_source, r.answer_clean, result.reference_kind) == (answer_source, True, "output")
         assert result.score == batch[run.query]
         scored = capture.span(r.span_id)
         assert scored is not None, f"scored span {r.span_id} not forwarded"
         attributes = scored.attributes
         assert attributes["gen_ai.evaluation.score.value"] == result.score
         assert attributes["ctxprec.reference_kind"] == "output"
-        assert attributes["ctxprec.answer_source"] == "llm_span"
+        assert attributes["ctxprec.answer_source"] == answer_source
         assert scored.resource["service.name"] == service

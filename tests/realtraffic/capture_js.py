@@ -80,8 +80,12 @@ def _value(value: dict[str, Any]) -> Any:
 
 def show(path: Path, width: int = 160) -> None:
     """Prints a capture as span trees, each attribute on its own line (values cut to `width`)."""
-    document = json.loads(path.read_text(encoding="utf-8"))
-    spans = [span for request in document["requests"] for rs in request.get("resourceSpans", [])
+    show_requests(json.loads(path.read_text(encoding="utf-8"))["requests"], width)
+
+
+def show_requests(requests: list[dict[str, Any]], width: int = 160) -> None:
+    """Prints trace requests (OTLP/JSON, as `otlp_json` gives them) as span trees."""
+    spans = [span for request in requests for rs in request.get("resourceSpans", [])
              for ss in rs.get("scopeSpans", []) for span in ss.get("spans", [])]
     ids = {span["spanId"] for span in spans}
     children: dict[str | None, list[dict[str, Any]]] = {}

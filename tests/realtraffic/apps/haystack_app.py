@@ -61,9 +61,11 @@ def _make_generator(kind: GeneratorKind) -> Any:
 
 def instrument(instrumentor: str, provider: TracerProvider) -> None:
     if instrumentor == "openinference":
+        # doc: haystack-openinference
         from openinference.instrumentation.haystack import HaystackInstrumentor
 
         HaystackInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     elif instrumentor == "openllmetry":
         from opentelemetry.instrumentation.haystack import (
             HaystackInstrumentor as TraceloopInstrumentor,

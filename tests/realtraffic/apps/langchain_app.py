@@ -45,13 +45,17 @@ class _RetrievedDocs(BaseCallbackHandler):
 
 def instrument(instrumentor: str, provider: TracerProvider) -> None:
     if instrumentor == "openinference":
+        # doc: langchain-openinference
         from openinference.instrumentation.langchain import LangChainInstrumentor
 
         LangChainInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     elif instrumentor == "openllmetry":
+        # doc: langchain-openllmetry
         from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 
         LangchainInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     else:
         raise ValueError(f"no {instrumentor} instrumentor for langchain")
 

@@ -7,6 +7,7 @@ opens no span for it and defers to its separate OpenAI instrumentor).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -24,11 +25,13 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.llm import LLM
 from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.postprocessor import LLMRerank
 from llama_index.core.schema import NodeWithScore
 from opentelemetry.sdk.trace import TracerProvider
 
 from .corpus import (
     DOCS,
+    QUESTION_BY_TEXT,
     TOP_K,
     RunResult,
     canned_answer_for,
@@ -38,6 +41,9 @@ from .corpus import (
 from .fake_openai import FAKE_API_KEY, FAKE_BASE_URL, FAKE_MODEL, mock_transport
 
 LLMKind = Literal["canned", "openai"]
+RERANK_TOP_N = 2
+_CHOICE_SELECT = "Respond with the numbers of the documents"
+_LISTED_DOCUMENT = re.compile(r"Document (\d+):\n(.*?)(?:\n\n|$)", re.S)
 
 # The same wording as LlamaIndex's default QA prompt, so the sequential shape sends the
 # model what the query engine would.
@@ -65,6 +71,23 @@ class CorpusEmbedding(BaseEmbedding):
         return embed_text(text)
 
 
+def choice_select_answer(prompt: str) -> str:
+    """LLMRerank's answer: the question's relevant documents first, the last retrieved first among
+    them, so the re-ranked list is a new order as well as a subset of what was retrieved."""
+    listed = prompt.split("Let's try this now:", 1)[-1]
+    question = next((q for text, q in QUESTION_BY_TEXT.items() if text in listed), None)
+    relevant = question.relevant_ids if question else frozenset()
+    by_text = {d.text: d.doc_id for d in DOCS}
+    numbered = [(int(n), by_text.get(text.strip(), "")) for n, text in _LISTED_DOCUMENT.findall(listed)]
+    ranked = [n for n, doc_id in reversed(numbered) if doc_id in relevant]
+    ranked += [n for n, doc_id in numbered if doc_id not in relevant]
+    return "\n".join(f"Doc: {n}, Relevance: {10 - rank}" for rank, n in enumerate(ranked))
+
+
+def _reply(prompt: str) -> str:
+    return choice_select_answer(prompt) if _CHOICE_SELECT in prompt else canned_answer_for(prompt)
+
+
 class CannedLLM(CustomLLM):
     """Answers with the corpus's canned answer for whichever question the prompt contains.
 
@@ -79,12 +102,12 @@ class CannedLLM(CustomLLM):
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         prompt = "\n".join(m.content or "" for m in messages)
-        reply = ChatMessage(role=MessageRole.ASSISTANT, content=canned_answer_for(prompt))
+        reply = ChatMessage(role=MessageRole.ASSISTANT, content=_reply(prompt))
         return ChatResponse(message=reply)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return CompletionResponse(text=canned_answer_for(prompt))
+        return CompletionResponse(text=_reply(prompt))
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
@@ -122,21 +145,25 @@ def _make_llm(kind: LLMKind) -> LLM:
 
 def instrument(instrumentor: str, provider: TracerProvider) -> None:
     if instrumentor == "openinference":
+        # doc: llamaindex-openinference
         from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
         LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     elif instrumentor == "openllmetry":
+        # doc: llamaindex-openllmetry
         from opentelemetry.instrumentation.llamaindex import (
             LlamaIndexInstrumentor as TraceloopInstrumentor,
         )
 
         TraceloopInstrumentor().instrument(tracer_provider=provider)
+        # end doc
     else:
         raise ValueError(f"no {instrumentor} instrumentor for llamaindex")
 
 
 class LlamaIndexApp:
-    def __init__(self, llm: LLMKind) -> None:
+    def __init__(self, llm: LLMKind, rerank: bool = False) -> None:
         self.llm = _make_llm(llm)
         configure_offline(self.llm)
         # The index is built as apps build it, from Documents through a node parser, while
@@ -145,7 +172,11 @@ class LlamaIndexApp:
         splitter = SentenceSplitter(chunk_size=512, chunk_overlap=0, id_func=lambda _, document: document.doc_id)
         documents = [Document(id_=d.doc_id, text=d.text) for d in DOCS]
         self.index = VectorStoreIndex.from_documents(documents, transformations=[splitter], embed_model=CorpusEmbedding())
-        self.query_engine = self.index.as_query_engine(llm=self.llm, similarity_top_k=TOP_K)
+        # With `rerank`, LLMRerank keeps the best RERANK_TOP_N of the TOP_K retrieved, re-ordered:
+        # the model sees that list, not the retriever's.
+        postprocessors = [LLMRerank(llm=self.llm, top_n=RERANK_TOP_N)] if rerank else []
+        self.query_engine = self.index.as_query_engine(llm=self.llm, similarity_top_k=TOP_K,
+                                                       node_postprocessors=postprocessors)
         self.retriever = self.index.as_retriever(similarity_top_k=TOP_K)
 
     def run_direct(self, question: str) -> RunResult:
@@ -169,5 +200,5 @@ def _result(question: str, nodes: list[NodeWithScore], answer: str) -> RunResult
     )
 
 
-def build_app(llm: LLMKind = "canned") -> LlamaIndexApp:
-    return LlamaIndexApp(llm)
+def build_app(llm: LLMKind = "canned", rerank: bool = False) -> LlamaIndexApp:
+    return LlamaIndexApp(llm, rerank)

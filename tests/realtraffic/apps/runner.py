@@ -78,7 +78,8 @@ def make_provider(service_name: str, project: str | None,
     return provider, tallies
 
 
-def build(framework: str, instrumentor: str, provider: TracerProvider, llm: str | None) -> RagApp:
+def build(framework: str, instrumentor: str, provider: TracerProvider, llm: str | None,
+          rerank: bool = False) -> RagApp:
     # Instrument before building: some instrumentors patch classes as they are registered.
     if framework == "langchain":
         from . import langchain_app
@@ -91,7 +92,7 @@ def build(framework: str, instrumentor: str, provider: TracerProvider, llm: str 
         from . import llamaindex_app
 
         llamaindex_app.instrument(instrumentor, provider)
-        return llamaindex_app.build_app(llm or "canned")  # type: ignore[arg-type]
+        return llamaindex_app.build_app(llm or "canned", rerank)  # type: ignore[arg-type]
     if framework == "haystack":
         from . import haystack_app
 
@@ -166,10 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="llamaindex/haystack: a canned model, or the framework's real OpenAI class over a mock "
         "transport (default: canned; haystack with openllmetry defaults to openai)",
     )
+    parser.add_argument("--rerank", action="store_true",
+                        help="llamaindex: LLMRerank after the retriever (top 3 -> 2, a new order)")
     args = parser.parse_args(argv)
+    if args.rerank and args.framework != "llamaindex":
+        parser.error("--rerank: llamaindex only")
 
     provider, tallies = make_provider(args.service_name, args.project, args.endpoint)
-    app = build(args.framework, args.instrumentor, provider, args.llm)
+    app = build(args.framework, args.instrumentor, provider, args.llm, args.rerank)
     if args.shape == "direct":
         runs = run_direct(app)
     elif args.shape == "sequential":

@@ -15,7 +15,10 @@ import { installedVersion } from '../lib/packages.mjs';
 import { SYSTEM, retrieve, underAppSpan, userPrompt } from '../lib/retrieval.mjs';
 
 export const APPS = ['aisdk6-generate-text', 'aisdk6-stream-text', 'aisdk6-generate-object'];
+// doc: aisdk6
+// Passed as `experimental_telemetry` to generateText, streamText and generateObject.
 const TELEMETRY = { isEnabled: true, functionId: 'kestrel-answer' };
+// end doc
 
 const CALLS = {
   'aisdk6-generate-text': async (model, prompt) => (await generateText({ model, ...prompt,

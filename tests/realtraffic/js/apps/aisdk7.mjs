@@ -15,12 +15,17 @@ import { installedVersion } from '../lib/packages.mjs';
 import { SYSTEM, retrieve, underAppSpan, userPrompt } from '../lib/retrieval.mjs';
 
 export const APPS = ['aisdk7-otel', 'aisdk7-legacy'];
+// doc: aisdk7-integrations
+// OpenTelemetry: GenAI spans; LegacyOpenTelemetry: AI SDK 6's `ai.*` spans.
 const INTEGRATIONS = { 'aisdk7-otel': () => new OpenTelemetry(), 'aisdk7-legacy': () => new LegacyOpenTelemetry() };
+// end doc
 
 export async function build(app, { corpus, retrieval }) {
   const integration = INTEGRATIONS[app];
   if (!integration) throw new Error(`unknown AI SDK 7 app ${app}: ${APPS.join(', ')}`);
+  // doc: aisdk7-register
   registerTelemetry(integration());
+  // end doc
   const model = scriptedModel(MockLanguageModelV4, (prompt) => ({ text: cannedAnswer(corpus, promptText(prompt)) }));
   return {
     usesGlobalProvider: true,

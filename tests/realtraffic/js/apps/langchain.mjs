@@ -50,8 +50,10 @@ const PROMPT = ChatPromptTemplate.fromMessages([
 
 export async function build(app, { corpus, tracerProvider }) {
   if (!APPS.includes(app)) throw new Error(`unknown LangChain.js app ${app}: ${APPS.join(', ')}`);
+  // doc: langchainjs
   const instrumentation = new LangChainInstrumentation({ tracerProvider });
   instrumentation.manuallyInstrument(CallbackManagerModule);
+  // end doc
 
   const store = new FakeVectorStore(new CorpusEmbeddings(corpus));
   await store.addDocuments(corpus.docs.map((d) => new Document({ id: d.id, pageContent: d.text,

@@ -33,6 +33,8 @@ export async function loadMastra(version) {
 }
 
 function observability(m, { serviceName, endpoints, protocol }) {
+  // doc: mastra
+  // m: the exports of @mastra/observability (Observability) and @mastra/otel-exporter (OtelExporter).
   return new m.Observability({
     configs: {
       otel: {
@@ -44,6 +46,7 @@ function observability(m, { serviceName, endpoints, protocol }) {
       },
     },
   });
+  // end doc
 }
 
 async function vectorStore(m, corpus) {

@@ -50,11 +50,13 @@ export function makeExporter(protocol, endpoint) {
  */
 export function setUpTelemetry({ serviceName, endpoints, protocol }) {
   const exporters = endpoints.map((e) => makeExporter(protocol, e));
+  // doc: js-otlp-setup
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({ 'service.name': serviceName }),
     spanProcessors: exporters.map((e) => new BatchSpanProcessor(e, { scheduledDelayMillis: 100 })),
   });
   provider.register();
+  // end doc
   registerInstrumentations({ tracerProvider: provider, instrumentations: [new HttpInstrumentation()] });
   // ESM imports of node builtins are not hooked; a require after registering is.
   const http = createRequire(import.meta.url)('node:http');

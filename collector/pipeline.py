@@ -95,7 +95,8 @@ class Pipeline:
     def __init__(self, config: ServeConfig, *, metrics: Metrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics(max_services=config.metrics.max_services,
-                                          max_retrievers=config.metrics.max_retrievers, version=VERSION)
+                                          max_retrievers=config.metrics.max_retrievers,
+                                          max_series=config.metrics.max_series_per_metric, version=VERSION)
         self.graph = ServiceGraph()
         self.writeback: SpanWriteBack | None = None
         self.evaluator: EvaluatorExporter | None = None
@@ -161,7 +162,7 @@ class Pipeline:
         # monitor is, so that the monitor's observer finds the service it boosts.
         self.sampler = AdaptiveSampler(Sampler(sampling.default_rate, sampling.rules),
                                        AdaptiveSettings.of(sampling), key=self.metrics.service)
-        sample_rate = Children(self.metrics.sample_rate)
+        sample_rate = Children(self.metrics.sample_rate, self.metrics.budget)
         self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
         self.gate = RetrievalGate(
             sampler=self.sampler, queue=self.workers, decisions=self.fanout,

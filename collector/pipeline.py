@@ -34,7 +34,8 @@ from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.cluster.records import OUTCOMES as CLUSTER_OUTCOMES
-from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.failure_log import FailureLog, Flushes
+from ctxprec.collector.log_setup import repeated_lines
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.score_headers import new_replica_id
 from ctxprec.collector.listeners import ListenerGuard
@@ -428,8 +429,8 @@ class Pipeline:
         return sum(sample.value for family in self.metrics.spans_received.collect() for sample in family.samples
                    if sample.name.endswith("_total"))
 
-    def failure_logs(self) -> list[FailureLog]:
-        logs = [self.judge_failures]
+    def failure_logs(self) -> list[Flushes]:
+        logs: list[Flushes] = [self.judge_failures]
         logs.extend(guard.failures for guard in self.listener_guards)
         if self.writeback is not None:
             logs.append(self.writeback.sender.failures)
@@ -437,6 +438,9 @@ class Pipeline:
             logs.extend(self.evaluator.failure_logs())
         if self.cluster_feed is not None:
             logs.append(self.cluster_feed.failures)
+        repeated = repeated_lines()
+        if repeated is not None:
+            logs.append(repeated)
         return logs
 
     @property

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from ctxprec.collector.components import Deadline, cancelled
 from ctxprec.collector.diagnostics.heavy_hitters import SpaceSaving
-from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.failure_log import Flushes
 from ctxprec.collector.model import Decision, Outcome
 
 log = logging.getLogger("ctxprec.activity")
@@ -37,7 +37,7 @@ class ActivityLog:
     that ended, then the counts of each of `failure_logs()`."""
 
     def __init__(self, spans_received: Callable[[], float], logger: logging.Logger = log, *,
-                 failure_logs: Callable[[], Sequence[FailureLog]] = tuple, interval_s: float = 60.0) -> None:
+                 failure_logs: Callable[[], Sequence[Flushes]] = tuple, interval_s: float = 60.0) -> None:
         """`spans_received()` returns the total spans received so far (all receivers)."""
         self._spans_received = spans_received
         self._failure_logs = failure_logs
@@ -108,6 +108,14 @@ class ActivityLog:
     async def finish(self, deadline: Deadline) -> None:
         await cancelled(self._task)
         self._task = None
+        self._flush_failures()  # what was counted since the last minute, not lost at the exit
+
+    def _flush_failures(self) -> None:
+        for failures in self._failure_logs():
+            try:
+                failures.flush()
+            except Exception:  # the log lines must never stop the sidecar
+                log.exception("writing the failure counts failed")
 
     async def close(self) -> None:
         return None
@@ -122,7 +130,6 @@ class ActivityLog:
             last = time.monotonic()
             try:
                 self.tick()
-                for failures in self._failure_logs():
-                    failures.flush()
             except Exception:  # the log lines must never stop the sidecar
                 log.exception("writing the activity summary failed")
+            self._flush_failures()

@@ -2,7 +2,7 @@
 
 `add_arguments(parser)` and `run(args) -> int` are what the CLI calls; `serve(config, ...)` runs
 the pipeline in an already running event loop (tests, the demo) until `stop` is set or, when run
-from `run`, until SIGTERM or SIGINT, then shuts down gracefully. A bad configuration exits with
+from `run`, until SIGTERM, SIGINT or SIGHUP, then shuts down gracefully. A bad configuration exits with
 status 2 and one line that names the key, never a traceback.
 """
 from __future__ import annotations
@@ -146,12 +146,24 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop
             gc.unfreeze()
 
 
+# SIGHUP (the terminal closed, `kill -HUP`, a unit's ExecReload) finishes like SIGTERM: its default
+# action killed the process at once, and what it had acknowledged was lost. There is no
+# configuration reload to map it to; a changed configuration needs a restart.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 async def _serve_until_signalled(config: ServeConfig) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+
+    def stop_on(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s received: finishing what was taken in, then exiting", sig.name)
+        stop.set()
+
+    for sig in STOP_SIGNALS:
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
             pass
     await serve(config, stop=stop)

@@ -32,8 +32,10 @@ default of 1024.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
+import socket
 import ssl
 import weakref
 from typing import Any, Awaitable, Callable
@@ -54,6 +56,38 @@ FD_RESERVE = 128
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Builds the answer to a refused request in the listener's own format (status, message).
 Refusal = Callable[[web.Request, int, str], web.StreamResponse]
+
+
+class AddressInUse(OSError):
+    """A listener's address is taken: another process listens there."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"{host}:{port} is already in use")
+        self.host = host
+        self.port = port
+
+
+def check_free(host: str, port: int) -> None:
+    """Raises AddressInUse when a listener could not bind `host:port`: bound as the listeners
+    bind (SO_REUSEADDR, never SO_REUSEPORT, which would let a second process share the port and
+    take half of its traffic). Port 0 is always free."""
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # the listener itself reports an address it cannot resolve
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise AddressInUse(host, port) from None
+                return  # another problem (no IPv6 here, say): the listener itself reports it
 
 
 class BodyRefused(Exception):
@@ -264,9 +298,15 @@ class _GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         guard = self._guard
-        self._server = await loop.create_server(
-            lambda: _Connection(guard, server), self._host, self._port, ssl=self._ssl_context,
-            backlog=self._backlog, ssl_handshake_timeout=guard.limits.header_timeout_s if self._ssl_context else None)
+        try:
+            self._server = await loop.create_server(
+                lambda: _Connection(guard, server), self._host, self._port, ssl=self._ssl_context,
+                backlog=self._backlog, reuse_port=False,
+                ssl_handshake_timeout=guard.limits.header_timeout_s if self._ssl_context else None)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise AddressInUse(self._host, self._port) from None
+            raise
         sockets = self._server.sockets
         if sockets:
             self._bound_port = sockets[0].getsockname()[1]

@@ -137,7 +137,8 @@ class ScoringWorkers:
         self._closing = True
         if self._tasks:
             try:
-                await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
+                if self._queue.qsize() or self.in_flight:  # (a start that failed has nothing to wait for)
+                    await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
             except asyncio.TimeoutError:
                 log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
                             self._queue.qsize(), self.in_flight)

@@ -266,8 +266,6 @@ class LimitedChatClient:
                     raise self._judge_error(before, attempts - 1, "not tried again: the circuit breaker opened") \
                         from None
                 self._emit(error.outcome, latency_s)
-                if error.outcome == "timeout":
-                    self._breaker.record_timeout(probe=probe)
                 if doubted and error.status is not None \
                         and await self._forms.rejected(form, error.status, self._probe):
                     # The endpoint does not take this form: again in the one it takes, at once.
@@ -340,6 +338,9 @@ class LimitedChatClient:
             latency_s = time.perf_counter() - started
             if budget is not None:
                 budget.spend(min(own_s, latency_s))
+            if error is not None and error.outcome == "timeout":
+                # Before the slot goes to the next call: it must find the breaker opened by this.
+                self._breaker.record_timeout(probe=probe)
             if error is not None and error.status is not None and form_given is None and schema is not False:
                 doubted = self._forms.doubt(form, error.status)  # before the slot goes to the next call
             self._in_flight.release()

@@ -3,6 +3,7 @@ injected): one that serves one request at a time, one whose latency does not gro
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Callable
 
 import pytest
@@ -131,3 +132,34 @@ async def test_waiters_are_served_in_order_and_a_cancelled_one_gives_its_turn_on
     assert order == ["first", "third"] and limit.in_flight == 1
     with pytest.raises(asyncio.CancelledError):
         await second
+
+
+def test_the_clients_own_delay_is_not_taken_for_the_judges_queue() -> None:
+    # A judge at a constant 1 s, read by a busy client whose own delay grows with the answers it
+    # handles (0.05 s per request in flight): as measured, the latency looks like a queue.
+    def run_with(subtract: bool) -> list[int]:
+        clock = Clock()
+        limit = AdaptiveLimit(32, clock=clock)
+        seen = []
+        for _ in range(300):
+            load = limit.allowed
+            client_s = 0.05 * load
+            clock.now += 1.0 / load
+            limit.answered(1.0 + client_s, 100.0, load, client_s=client_s if subtract else 0.0)
+            seen.append(limit.allowed)
+        return seen
+
+    assert run_with(subtract=True)[-1] == 32
+    assert max(run_with(subtract=False)[-100:]) < 32  # the comparison: the same delay, read as the judge's
+
+
+async def test_the_loop_lag_is_measured_while_requests_are_in_flight_only() -> None:
+    limit = AdaptiveLimit(4)
+    assert limit.lag._handle is None
+    await limit.acquire()
+    for _ in range(20):  # the loop blocked 20 ms at a time, as by a burst of answers to parse
+        time.sleep(0.02)
+        await asyncio.sleep(0)
+    assert limit.lag.lag_s >= 0.005 and limit.lag.client_delay_s == 2 * limit.lag.lag_s
+    limit.release()
+    assert limit.lag._handle is None  # nothing in flight: no timer

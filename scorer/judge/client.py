@@ -231,18 +231,6 @@ class LimitedChatClient:
         try:
             while True:
                 attempts += 1
-                if attempts > 1:
-                    try:
-                        self._breaker.check(self.model)
-                    except JudgeUnavailable:
-                        self._emit("circuit_open", 0.0)
-                        settled = True  # the breaker already knows; this call does not count again
-                        if error is None:
-                            raise
-                        # What the call met was its last attempt's failure; the breaker only
-                        # stopped it being tried again.
-                        raise self._judge_error(error, attempts - 1, "not tried again: the circuit breaker opened") \
-                            from None
                 if self._limiter is not None:
                     await self._limiter.acquire(estimate)
                 prepare = getattr(self._transport, "prepare", None)
@@ -258,11 +246,13 @@ class LimitedChatClient:
                     if json_mode:
                         self._forms.accepted(form)
                     return await self._succeeded(reply, messages, estimate, latency_s, attempts)
-                if error.outcome == "circuit_open":  # the breaker opened while this call waited for its slot
+                if error.outcome == "circuit_open":  # it opened while this call waited (its slot, a retry)
                     self._emit("circuit_open", 0.0)
-                    settled = True
+                    settled = True  # the breaker already knows; this call does not count again
                     if before is None:
                         raise JudgeUnavailable(str(error))
+                    # What the call met was its last attempt's failure; the breaker only stopped
+                    # it being tried again.
                     raise self._judge_error(before, attempts - 1, "not tried again: the circuit breaker opened") \
                         from None
                 self._emit(error.outcome, latency_s)

@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.common import machine, write_result
 from bench.score_throughput import WORDS, start_stub
+from tests.helpers.processes import stop_process
 
 CTXPREC = Path(sys.executable).with_name("ctxprec")
 GOAL = 1.15
@@ -114,11 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"one slot, 200 ms each: {one_slot['seconds']:.2f}s, peak queued {one_slot['peak_queued']}, "
                   f"scored {one_slot['scored']}/{one_slot['samples']}", flush=True)
     finally:
-        stub.terminate()
-        try:
-            stub.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            stub.kill()
+        stop_process(stub)
     path = write_result("adaptive_concurrency", {
         "benchmark": "adaptive_concurrency",
         "description": f"ctxprec score, {args.samples} samples x {args.contexts} contexts, --concurrency "

@@ -66,11 +66,12 @@ class _Repeats:
 
 class RepeatedLines(logging.Filter):
     """A filter for the sidecar's log handler that folds the warnings and errors other libraries
-    repeat: the first line of a cause (its logger, level and message template, the arguments aside) after a
-    quiet minute goes out as it is; the ones after it are counted, and once a minute while they go
-    on one line says how many there were and shows the last. ctxprec's own lines pass untouched
-    (they fold themselves, FailureLog). `flush` is the minute tick; a cause whose minute is over is
-    also reported when its next line comes, so nothing waits for a tick that never comes."""
+    repeat: the first line of a cause (its logger, level and message template, the arguments
+    aside) after a quiet minute goes out as it is; the ones after it are counted, and once a
+    minute while they go on one line says how many there were and shows the last. ctxprec's own
+    lines, and the libraries' INFO lines, pass untouched (ctxprec's fold themselves, FailureLog).
+    `flush` is the minute tick; a cause whose minute is over is also reported when its next line
+    comes, so nothing waits for a tick that never comes."""
 
     # Causes tracked at once; past it a logger's lines of a level share one cause.
     MAX_CAUSES = 256

@@ -2,8 +2,9 @@
 
 `add_arguments(parser)` and `run(args) -> int` are what the CLI calls; `serve(config, ...)` runs
 the pipeline in an already running event loop (tests, the demo) until `stop` is set or, when run
-from `run`, until SIGTERM, SIGINT or SIGHUP, then shuts down gracefully. A bad configuration exits with
-status 2 and one line that names the key, never a traceback.
+from `run`, until SIGTERM, SIGINT or SIGHUP, then shuts down gracefully. A bad configuration exits
+with status 2 and one line that names the key, never a traceback; a listener's address in use,
+with status 1 and one line that names its flag.
 """
 from __future__ import annotations
 

@@ -49,8 +49,9 @@ async def silent_tls_port() -> AsyncIterator[int]:
 async def test_a_judge_that_never_answers_the_tls_hello_is_given_up_on_in_bounded_time(
         silent_tls_port: int, tmp_path: Path) -> None:
     capture = await OtlpCapture().start()
-    config = serve_config("--judge-model", "openai/judge", "--judge-api-base", f"https://127.0.0.1:{silent_tls_port}/v1",
-                          "--judge-api-key", "k", "--judge-timeout", str(JUDGE_TIMEOUT_S),
+    config = serve_config("--judge-model", "openai/judge",
+                          "--judge-api-base", f"https://127.0.0.1:{silent_tls_port}/v1", "--judge-api-key", "k",
+                          "--judge-timeout", str(JUDGE_TIMEOUT_S),
                           "--judge-max-retries", str(MAX_RETRIES), "--judge-concurrency", str(CONCURRENCY),
                           "--workers", "16", "--forward-to", capture.http_url, "--sample-rate", "1")
     try:

@@ -70,7 +70,8 @@ def test_own_lines_and_library_info_lines_are_never_folded() -> None:
     for _ in range(3):
         own.warning("judge down")
         library.info("Discovered coordinator")
-    assert out.getvalue().splitlines() == ["WARNING ctxprec.test: judge down", "INFO test-library: Discovered coordinator"] * 3
+    assert out.getvalue().splitlines() == [
+        "WARNING ctxprec.test: judge down", "INFO test-library: Discovered coordinator"] * 3
 
 
 def test_causes_past_the_cap_share_one_per_logger_and_level() -> None:

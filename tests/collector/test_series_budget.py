@@ -76,7 +76,8 @@ def test_five_thousand_services_by_five_thousand_retrievers_keep_the_scrape_boun
 
 def test_the_budget_folds_once_full_and_warns_once(caplog) -> None:
     metrics = Metrics(max_series=14 * 3)  # three children of a 14-series histogram
-    first, second = Children(metrics.context_precision, metrics.budget), Children(metrics.context_precision, metrics.budget)
+    first = Children(metrics.context_precision, metrics.budget)
+    second = Children(metrics.context_precision, metrics.budget)
     with caplog.at_level(logging.WARNING):
         for i in range(3):
             first(f"s{i}", "r").observe(0.5)

@@ -43,9 +43,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 # The langfuse extra too: the Langfuse sink's tests check its request bodies against the SDK's
-# models; and the bench extra, for the slow tier's quick pass of every benchmark.
+# models; the cjk extra, for the local judge's Chinese, Japanese and Korean tests; and the bench
+# extra, for the slow tier's quick pass of every benchmark.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,langfuse,bench]' -c $(CONSTRAINTS)
+	$(BIN)/pip install --quiet -e '.[test,langfuse,cjk,bench]' -c $(CONSTRAINTS)
 	touch $@
 
 $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what the tests need from Debian's packages, only what is missing: Prometheus (for
-# promtool and the live dashboard test) and Redis (the shared verdict cache's tests). Nothing that
+# promtool and the live dashboard test), Redis (the shared verdict cache's tests) and Chromium (the
+# report as a browser renders it, headless). Nothing that
 # is already there is touched, and no process is stopped: the tests start their own Prometheus and
 # redis-server on free ports. Debian's packages would start daemons on install; a policy-rc.d,
 # only for the time of the install, keeps them from doing so.
@@ -12,6 +13,9 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 if ! command -v redis-server >/dev/null 2>&1; then
     packages="$packages redis-server"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    packages="$packages chromium"
 fi
 if [ -z "$packages" ]; then
     exit 0

@@ -6,14 +6,14 @@ scoring path it ran about a dozen times per scored sample, so `Children` looks e
 once.
 
 The open labels (`service`, `retriever`: names that come from the traffic) are each capped
-(`LabelCap`: the first N values, then `other`), but the caps multiply: 50 services x 50 retrievers x a histogram's 14
-series was 96,343 series and a 9 MB scrape, which is where Prometheus setups fall over. So every
-family has one budget of series (`SeriesBudget.max_series`, the `metrics.max_series_per_metric`
-setting): a label tuple that would take the family past it is stored with its open labels as
-`other` (its fixed labels kept: a decision, a rank), and counted. What a child costs is what the
-family exposes per label tuple: a histogram's buckets, sum and count, a counter's total, a gauge's
-value. The same budget bounds data kept per (service, retriever) elsewhere (the diagnostics),
-through `SeriesBudget.family`."""
+(`LabelCap`: the first N values, then `other`), but the caps multiply: 50 services x 50
+retrievers x a histogram's 13 series made a scrape of nearly 100,000 series and 9 MB, which is
+where Prometheus setups fall over. So every family has one budget of series
+(`SeriesBudget.max_series`, the `metrics.max_series_per_metric` setting): a label tuple that would
+take the family past it is stored with its open labels as `other` (its fixed labels kept: a
+decision, a rank), and counted. What a child costs is what the family exposes per label tuple: a
+histogram's buckets, sum and count, a counter's total, a gauge's value. The same budget bounds data
+kept per (service, retriever) elsewhere (the diagnostics), through `SeriesBudget.family`."""
 from __future__ import annotations
 
 import logging
@@ -145,8 +145,8 @@ class Children:
 
 
 def _series_per_child(metric: Any) -> int:
-    """How many series one child of `metric` exposes (a histogram's buckets, _sum, _count and
-    _created), counted on a child made for the purpose and removed again."""
+    """How many series one child of `metric` exposes (a histogram's buckets, _sum and _count),
+    counted on a child made for the purpose and removed again."""
     probe = tuple(f"\x00series-probe-{i}" for i in range(len(metric._labelnames)))
     if not probe:
         return 1

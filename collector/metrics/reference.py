@@ -31,7 +31,7 @@ and `_count`.
 `service` is the trace's `service.name` (or the event's `service`) and `retriever` the retrieval
 span's name (or the event's `retriever`); each keeps its first `metrics.max_services` /
 `metrics.max_retrievers` distinct values and counts the rest as `other`. The two caps multiply
-(50 services x 50 retrievers x a histogram's 14 series), so each metric family also has a budget
+(50 services x 50 retrievers x a histogram's 13 series), so each metric family also has a budget
 of `metrics.max_series_per_metric` series (`--max-series-per-metric`, default 2,000, a histogram's
 buckets, sum and count counted): a label set that would take the family past it is counted with
 its `service` and `retriever` as `other` (its other labels kept), and in

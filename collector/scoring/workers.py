@@ -148,8 +148,7 @@ class ScoringWorkers:
         # Nothing taken in (a start that failed early, with a deadline of 0): nothing to wait for.
         if self._tasks and (self.in_flight or not self._queue.empty()):
             try:
-                if self._queue.qsize() or self.in_flight:  # (a start that failed has nothing to wait for)
-                    await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
+                await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
             except asyncio.TimeoutError:
                 log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
                             self._queue.qsize(), self.in_flight)

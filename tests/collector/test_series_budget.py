@@ -75,7 +75,7 @@ def test_five_thousand_services_by_five_thousand_retrievers_keep_the_scrape_boun
 
 
 def test_the_budget_folds_once_full_and_warns_once(caplog) -> None:
-    metrics = Metrics(max_series=14 * 3)  # three children of a 14-series histogram
+    metrics = Metrics(max_series=13 * 3)  # three children of a histogram (11 buckets, sum, count)
     first = Children(metrics.context_precision, metrics.budget)
     second = Children(metrics.context_precision, metrics.budget)
     with caplog.at_level(logging.WARNING):
@@ -94,7 +94,7 @@ def test_the_budget_folds_once_full_and_warns_once(caplog) -> None:
 
 
 def test_past_the_budget_the_fixed_labels_are_kept() -> None:
-    metrics = Metrics(max_series=2 * 4)  # four children of a counter (its _total and _created)
+    metrics = Metrics(max_series=4)  # four children of a counter (one series each)
     ranks = Children(metrics.rank_judged, metrics.budget)
     for service in ("a", "b", "c"):
         for rank in ("1", "2"):

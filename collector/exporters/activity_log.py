@@ -1,8 +1,7 @@
 """A one-line summary per minute of what the sidecar did, so that its log alone shows it working:
 spans received, retrievals evaluated and failed, and the mean score of the services scored most
-(the rest counted together); at DEBUG, one
-line per score with its reason. The same minute also flushes the failure logs' counts (a failure
-kind is logged once, then counted per minute)."""
+(the rest counted together); at DEBUG, one line per score with its reason. The same minute also
+flushes the failure logs' counts (a failure kind is logged once, then counted per minute)."""
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +16,8 @@ from ctxprec.collector.model import Decision, Outcome
 
 log = logging.getLogger("ctxprec.activity")
 
-# The line names the services with the most scores in the minute, and counts the rest: one line
-# a minute naming 17,000 services was 126,000 characters. The services are counted in TRACKED
+# The line names the services with the most scores in the minute, and counts the rest: a line
+# naming each of 17,000 services was 340,000 characters long. The services are counted in TRACKED
 # Space-Saving slots, so that a flood of names costs no more memory and the busiest still show.
 TOP_SERVICES = 10
 TRACKED = 1000

@@ -29,12 +29,14 @@ BENCHMARKS = [
     "local_judge",
     "redact",
     "score_throughput",
+    "adaptive_concurrency",
     "ingest",
     "log_passthrough",
     "forward_latency",
     "overload",
     "attacks",
     "diagnostics_overhead",
+    "cardinality",
     "sink_overhead",
     "kafka_consume",
     "cluster",
@@ -79,6 +81,11 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
                     "ratios.cpu_per_context", "<= 2 (cold score <= 1.2)", "goal_met"),
     "score_throughput": ("`ctxprec score` rate / bare aiohttp client, 10,000 events",
                          "ratio_vs_bare", ">= 0.9", lambda r: r >= 0.9),
+    "adaptive_concurrency": ("`ctxprec score` seconds with adaptive concurrency / without (200 samples x 10 "
+                             "contexts, judge at a constant 100 ms, --concurrency 32)", "on_over_off", "<= 1.15",
+                             lambda r: r <= 1.15),
+    "cardinality": ("`/metrics` bytes of a whole `ctxprec serve` after one scored retrieval for each of 50 services "
+                    "x 50 retrievers", "after.scrape_bytes", "< 2 MB, /diagnostics/top_k < 150 KB", "goal_met"),
     "ingest": ("whole `ctxprec serve` spans per CPU-second (OTLP/HTTP in, span-mode forwarding, 1% judged) / bare "
                "ParseFromString; this tree against the baseline ref is `vs_baseline` below, in-process decode + "
                "ingest is `ratio`", "serve_process_ratio", ">= 0.2", lambda r: r >= 0.2),

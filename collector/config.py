@@ -199,6 +199,12 @@ _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
 _BY_KEY = {s.key: s for s in SETTINGS}
 
 
+def flag_of(key: str) -> str:
+    """The flag of setting `key` ("receivers.otlp_grpc" -> "--otlp-grpc"), or the key itself."""
+    setting = _BY_KEY.get(key)
+    return setting.flag if setting is not None and setting.flag else key
+
+
 # -- the sources ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ HTTP listener therefore serves through a `ListenerGuard` (settings: listener_lim
   when the handler is done; a Content-Length over the listener's body limit gets 413 before a
   byte of the body is read (`too_large`);
 - `read_body` reads a body within `body_timeout_s` (408, `timeout`) and the limit (413).
-aiohttp's lingering read of a body nobody read is off: such a connection is closed after its
-answer instead of being drained.
+A body refused as too large is answered (413, `Connection: close`) and then read and dropped, up to
+DRAIN_FACTOR x the limit within the body timeout, so that the client is not reset while it sends;
+aiohttp's own lingering read of any other body nobody read is off: such a connection is closed
+after its answer instead of being drained.
 
 Each refusal is counted in `ctxprec_listener_connections_refused_total{listener,reason}` and
 logged through a FailureLog (a WARNING, then a count a minute while it goes on; `idle` closes are
@@ -32,8 +34,11 @@ default of 1024.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import resource
+import socket
 import ssl
 import weakref
 from typing import Any, Awaitable, Callable
@@ -50,10 +55,45 @@ _OUT_OF_RESOURCES = "socket.accept() out of system resource"  # asyncio's messag
 # File descriptors the sidecar needs beside its listeners' connections: the judge's pool, the
 # forwarder, Kafka, log and data files, the scoring process's pipes.
 FD_RESERVE = 128
+# After refusing a body as too large, at most this many times the limit is read and dropped.
+DRAIN_FACTOR = 4
+_DRAIN = web.RequestKey("ctxprec_drain_body", bool)  # the refused body must be drained after the answer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Builds the answer to a refused request in the listener's own format (status, message).
 Refusal = Callable[[web.Request, int, str], web.StreamResponse]
+
+
+class AddressInUse(OSError):
+    """A listener's address is taken: another process listens there."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"{host}:{port} is already in use")
+        self.host = host
+        self.port = port
+
+
+def check_free(host: str, port: int) -> None:
+    """Raises AddressInUse when a listener could not bind `host:port`: bound as the listeners
+    bind (SO_REUSEADDR, never SO_REUSEPORT, which would let a second process share the port and
+    take half of its traffic). Port 0 is always free."""
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # the listener itself reports an address it cannot resolve
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise AddressInUse(host, port) from None
+                return  # another problem (no IPv6 here, say): the listener itself reports it
 
 
 class BodyRefused(Exception):
@@ -111,12 +151,39 @@ class ListenerGuard:
             length = request.content_length
             if length is not None and length > self.max_body_bytes:
                 self.refused("too_large", f"Content-Length {length} over {self.max_body_bytes}")
-                return self._refusal(request, 413, f"request body of {length} bytes is over the limit of "
-                                                   f"{self.max_body_bytes} bytes")
-            return await handler(request)
+                return await self._answer_then_drain(request, self._refusal(
+                    request, 413, f"request body of {length} bytes is over the limit of {self.max_body_bytes} bytes"))
+            response = await handler(request)
+            if request.get(_DRAIN):
+                return await self._answer_then_drain(request, response)
+            return response
         finally:
             if connection is not None:
                 connection.request_done()
+
+    async def _answer_then_drain(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+        """Answers a body refused as too large with `Connection: close`, ends the answer (FIN),
+        then reads and drops what the client still sends, within the body timeout and
+        DRAIN_FACTOR x the limit, before the connection closes. Closed with the body still
+        arriving, the connection was reset (the kernel's answer to unread data) while the client
+        was sending: a client that cannot read the 413 then takes the reset for a network error
+        and sends the same body again. As the OpenTelemetry Collector (Go's server) and nginx
+        linger, so does this."""
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        transport = request.transport
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+        drained, cap = 0, self.max_body_bytes * DRAIN_FACTOR
+        with contextlib.suppress(Exception):  # the client went, the body was broken: close all the same
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                while drained < cap:
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        break
+                    drained += len(chunk)
+        return response
 
     async def read_body(self, request: web.Request) -> bytes:
         """The request's body, within `body_timeout_s` and the body limit (the app's
@@ -130,6 +197,7 @@ class ListenerGuard:
             raise BodyRefused(408, f"request body not received within {timeout_s:g} s", "timeout") from None
         except web.HTTPRequestEntityTooLarge:
             self.refused("too_large", f"body over {self.max_body_bytes}")
+            request[_DRAIN] = True  # the rest of it is still coming
             raise BodyRefused(413, f"request body is over the limit of {self.max_body_bytes} bytes",
                               "too_large") from None
 
@@ -264,9 +332,15 @@ class _GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         guard = self._guard
-        self._server = await loop.create_server(
-            lambda: _Connection(guard, server), self._host, self._port, ssl=self._ssl_context,
-            backlog=self._backlog, ssl_handshake_timeout=guard.limits.header_timeout_s if self._ssl_context else None)
+        try:
+            self._server = await loop.create_server(
+                lambda: _Connection(guard, server), self._host, self._port, ssl=self._ssl_context,
+                backlog=self._backlog, reuse_port=False,
+                ssl_handshake_timeout=guard.limits.header_timeout_s if self._ssl_context else None)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise AddressInUse(self._host, self._port) from None
+            raise
         sockets = self._server.sockets
         if sockets:
             self._bound_port = sockets[0].getsockname()[1]

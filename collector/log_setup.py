@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import datetime, timezone
 
+from ctxprec.collector.failure_log import RepeatedLines
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -29,13 +31,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+_repeated: RepeatedLines | None = None
+
+
+def repeated_lines() -> RepeatedLines | None:
+    """The filter folding the libraries' repeated lines, when `setup_logging` installed one (the
+    minute tick flushes it)."""
+    return _repeated
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
-    """Root logging for `ctxprec serve`, unless the embedding program set it up already."""
+    """Root logging for `ctxprec serve`, unless the embedding program set it up already. The
+    libraries' repeated lines are folded (failure_log.RepeatedLines)."""
+    global _repeated
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    _repeated = RepeatedLines(handler)
+    handler.addFilter(_repeated)
     root.addHandler(handler)
     wanted = logging.getLevelName(level.upper())
     # DEBUG is for ctxprec's own lines (one per score, per decision); the libraries' debug

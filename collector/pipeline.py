@@ -35,7 +35,8 @@ from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
 from ctxprec.collector.exporters.redaction import RedactingSink, redact_text
 from ctxprec.collector.cluster.records import OUTCOMES as CLUSTER_OUTCOMES
-from ctxprec.collector.failure_log import FailureLog
+from ctxprec.collector.failure_log import FailureLog, Flushes
+from ctxprec.collector.log_setup import repeated_lines
 from ctxprec.collector.kafka.config import KafkaTopic
 from ctxprec.collector.kafka.score_headers import new_replica_id
 from ctxprec.collector.listeners import ListenerGuard
@@ -97,7 +98,8 @@ class Pipeline:
     def __init__(self, config: ServeConfig, *, metrics: Metrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics(max_services=config.metrics.max_services,
-                                          max_retrievers=config.metrics.max_retrievers, version=VERSION)
+                                          max_retrievers=config.metrics.max_retrievers,
+                                          max_series=config.metrics.max_series_per_metric, version=VERSION)
         self.graph = ServiceGraph()
         self.writeback: SpanWriteBack | None = None
         self.evaluator: EvaluatorExporter | None = None
@@ -165,7 +167,7 @@ class Pipeline:
         # monitor is, so that the monitor's observer finds the service it boosts.
         self.sampler = AdaptiveSampler(Sampler(sampling.default_rate, sampling.rules),
                                        AdaptiveSettings.of(sampling), key=self.metrics.service)
-        sample_rate = Children(self.metrics.sample_rate)
+        sample_rate = Children(self.metrics.sample_rate, self.metrics.budget)
         self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
         self.gate = RetrievalGate(
             sampler=self.sampler, queue=self.workers, decisions=self.fanout,
@@ -463,8 +465,8 @@ class Pipeline:
         return sum(sample.value for family in self.metrics.spans_received.collect() for sample in family.samples
                    if sample.name.endswith("_total"))
 
-    def failure_logs(self) -> list[FailureLog]:
-        logs = [self.judge_failures]
+    def failure_logs(self) -> list[Flushes]:
+        logs: list[Flushes] = [self.judge_failures]
         logs.extend(guard.failures for guard in self.listener_guards)
         if self.writeback is not None:
             logs.append(self.writeback.sender.failures)
@@ -472,6 +474,9 @@ class Pipeline:
             logs.extend(self.evaluator.failure_logs())
         if self.cluster_feed is not None:
             logs.append(self.cluster_feed.failures)
+        repeated = repeated_lines()
+        if repeated is not None:
+            logs.append(repeated)
         return logs
 
     @property

@@ -2,8 +2,9 @@
 
 `add_arguments(parser)` and `run(args) -> int` are what the CLI calls; `serve(config, ...)` runs
 the pipeline in an already running event loop (tests, the demo) until `stop` is set or, when run
-from `run`, until SIGTERM or SIGINT, then shuts down gracefully. A bad configuration exits with
-status 2 and one line that names the key, never a traceback.
+from `run`, until SIGTERM, SIGINT or SIGHUP, then shuts down gracefully. A bad configuration exits
+with status 2 and one line that names the key, never a traceback; a listener's address in use,
+with status 1 and one line that names its flag.
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import sys
 from typing import Callable
 
 from ctxprec.collector import config as config_module
-from ctxprec.collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig
+from ctxprec.collector.config import NO_JUDGE_WARNING, ConfigError, ServeConfig, flag_of
 from ctxprec.collector.listener_security import is_loopback
-from ctxprec.collector.listeners import descriptor_shortfall, raise_open_files_limit
+from ctxprec.collector.listeners import AddressInUse, check_free, descriptor_shortfall, raise_open_files_limit
 from ctxprec.collector.log_setup import setup_logging
 from ctxprec.collector.pipeline import Pipeline
 
@@ -151,15 +152,53 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None, stop
             gc.unfreeze()
 
 
+# SIGHUP (the terminal closed, `kill -HUP`, a unit's ExecReload) finishes like SIGTERM: its default
+# action killed the process at once, and what it had acknowledged was lost. There is no
+# configuration reload to map it to; a changed configuration needs a restart.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 async def _serve_until_signalled(config: ServeConfig) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+
+    def stop_on(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s received: finishing what was taken in, then exiting", sig.name)
+        stop.set()
+
+    for sig in STOP_SIGNALS:
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_on, sig)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
             pass
     await serve(config, stop=stop)
+
+
+def listen_addresses(config: ServeConfig) -> list[tuple[str, str, int]]:
+    """(flag, host, port) of every listener the configuration turns on."""
+    keys = (("receivers.otlp_grpc", config.receivers.otlp_grpc), ("receivers.otlp_http", config.receivers.otlp_http),
+            ("metrics.listen", config.metrics.listen))
+    return [(flag_of(key), listen[0], listen[1]) for key, listen in keys if listen is not None]
+
+
+def address_in_use(config: ServeConfig, error: AddressInUse | None = None) -> str | None:
+    """The one line for a listener whose address is taken, naming its flag: checked before
+    anything starts (so that nothing else is printed first), or for `error`, raised by a
+    listener that lost the race to its address."""
+    for flag, host, port in listen_addresses(config):
+        if error is not None:
+            if (error.host, error.port) != (host, port):
+                continue
+        else:
+            try:
+                check_free(host, port)
+                continue
+            except AddressInUse:
+                pass
+        return (f"{flag} {host}:{port} is already in use (another ctxprec serve, or another server, listens "
+                f"there); stop it or give {flag} another address")
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ctxprec serve: {exc}", file=sys.stderr)
         return 2
+    busy = address_in_use(config)
+    if busy is not None:
+        print(f"ctxprec serve: cannot start: {busy}", file=sys.stderr)
+        return 1
     setup_logging(config.log_level, config.log_format)
     # Only where serve owns the process: an embedding process keeps its own limits.
     before, after = raise_open_files_limit()
@@ -175,7 +218,10 @@ def run(args: argparse.Namespace) -> int:
         log.debug("open-file limit raised from %d to %d", before, after)
     try:
         asyncio.run(_serve_until_signalled(config))
-    except OSError as exc:  # a port in use, a certificate that will not load
+    except AddressInUse as exc:  # taken between the check and the listener's bind
+        print(f"ctxprec serve: cannot start: {address_in_use(config, exc) or exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a certificate that will not load
         print(f"ctxprec serve: cannot start: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:  # a part refused its settings at construction

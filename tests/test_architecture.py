@@ -97,6 +97,7 @@ SHARED_ACROSS_STAGES = {
     "ctxprec.collector.metrics.drift",  # the diagnostics read the drift monitor's alarms
     "ctxprec.collector.scoring.identity",  # exporters write the scorer's identity attributes
     "ctxprec.collector.sampling.sampler",  # the Kafka byte peek asks the gate's sampler (a Protocol)
+    "ctxprec.collector.diagnostics.heavy_hitters",  # Space-Saving, a data structure: the activity log's top services
 }
 
 

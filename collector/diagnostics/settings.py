@@ -30,3 +30,4 @@ class DiagnosticsSettings:
     # shares otherwise, so that diagnostics and metrics fold the same values into `other`).
     max_services: int = 50
     max_retrievers: int = 50
+    max_series: int = 2000

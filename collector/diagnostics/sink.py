@@ -19,7 +19,8 @@ The drift monitor is read for the alarms `/diagnostics/drift` shows; its alarm c
 explainer, so that an alarm rising for a service logs one line naming the retriever and slice
 values behind the change.
 Service and retriever labels go through the metrics' label caps, so diagnostics and metrics fold
-the same values into `other` and the number of (service, retriever) pairs stays bounded."""
+the same values into `other`, and the (service, retriever) pairs through the metrics' series
+budget, so that what the diagnostics keep and `/diagnostics/top_k` lists stays bounded."""
 from __future__ import annotations
 
 import logging
@@ -33,7 +34,8 @@ from ctxprec.collector.diagnostics.settings import DiagnosticsSettings
 from ctxprec.collector.diagnostics.slices import SliceTracker
 from ctxprec.collector.diagnostics.top_k import TopKTracker
 from ctxprec.collector.diagnostics.views import JsonResponse, documents_view, drift_view, top_k_view
-from ctxprec.collector.metrics.registry import LabelCap, Metrics
+from ctxprec.collector.metrics.children import Children, LabelCap, SeriesBudget
+from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Decision, Outcome, PeerScore, RetrievedContext
 from ctxprec.scorer.documents import identity
 from ctxprec.scorer.result import Verdict
@@ -53,6 +55,12 @@ class DiagnosticsSink(Stateless):
         self._service: Callable[[str | None], str] = metrics.service if metrics is not None else LabelCap(s.max_services)
         self._retriever: Callable[[str | None], str] = (
             metrics.retriever if metrics is not None else LabelCap(s.max_retrievers))
+        # The pairs kept (and listed by /diagnostics/top_k) are the ones the precision histogram
+        # keeps within its series budget: the same pairs, folded into `other` alike.
+        self._pairs = (metrics.budget.of(metrics.context_precision) if metrics is not None
+                       else SeriesBudget(s.max_series).family("diagnostics", ("service", "retriever")))
+        self._gauges = (Children(metrics.recommended_k, metrics.budget),
+                        Children(metrics.recommended_k_saved_tokens, metrics.budget)) if metrics is not None else None
         self.noisy = NoisyDocuments(s.slots, previews=s.previews, redact=redact, preview_chars=s.preview_chars)
         self.top_k = TopKTracker(max_rank=s.top_k_max_rank, keep=s.top_k_keep, min_relevant=s.top_k_min_relevant,
                                  halve_every=s.top_k_halve_every)
@@ -79,8 +87,7 @@ class DiagnosticsSink(Stateless):
     def _observe(self, service_name: str, retriever_name: str, verdicts: Sequence[Verdict], documents: Sequence[str],
                  sizes: Sequence[int], score: float, attributes: Mapping[str, Any],
                  resource: Mapping[str, Any] | None, contents: Sequence[str] | None) -> None:
-        service = self._service(service_name)
-        retriever = self._retriever(retriever_name)
+        service, retriever = self._pairs.admit((self._service(service_name), self._retriever(retriever_name)))
         self.noisy.observe(service, retriever, verdicts, documents, contents)
         if self.top_k.observe(service, retriever, verdicts, sizes):
             self._add_gauges(service, retriever)
@@ -88,7 +95,7 @@ class DiagnosticsSink(Stateless):
 
     def _add_gauges(self, service: str, retriever: str) -> None:
         """The pair's two gauges read the tracker when scraped: nothing is computed per score."""
-        if self.metrics is None:
+        if self._gauges is None:
             return
         tracker = self.top_k
 
@@ -102,8 +109,9 @@ class DiagnosticsSink(Stateless):
                 return math.nan
             return advice.saved_tokens_per_request
 
-        self.metrics.recommended_k.labels(service, retriever).set_function(recommended_k)
-        self.metrics.recommended_k_saved_tokens.labels(service, retriever).set_function(saved_tokens)
+        k, saved = self._gauges
+        k(service, retriever).set_function(recommended_k)
+        saved(service, retriever).set_function(saved_tokens)
 
     # -- the endpoints' bodies --
 

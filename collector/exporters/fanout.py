@@ -26,7 +26,7 @@ class ResultFanout(Stateless):
         self.metrics = metrics
         self.sinks: list[ResultSink] = list(sinks)
         self._counts: dict[str, int] = {}
-        self._samples = Children(metrics.samples) if metrics is not None else None
+        self._samples = Children(metrics.samples, metrics.budget) if metrics is not None else None
 
     def add(self, sink: ResultSink) -> None:
         self.sinks.append(sink)

@@ -28,6 +28,11 @@ class MetricsConfig(BaseModel):
                                   flag="--max-services")
     max_retrievers: Count = setting(50, "distinct `retriever` label values kept before the rest become `other`",
                                     flag="--max-retrievers")
+    max_series_per_metric: Count = setting(
+        2000, "series one metric family may have (label values multiplied, a histogram's buckets counted); "
+              "past it new service and retriever values are counted under `other` "
+              "(ctxprec_metric_series_folded_total); the diagnostics' (service, retriever) pairs are bounded alike",
+        flag="--max-series-per-metric")
 
     def security(self) -> ListenerSecurity:
         token = self.token

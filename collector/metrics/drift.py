@@ -70,9 +70,9 @@ class DriftMonitor(Stateless):
         # one the monitor logs the drift itself.
         self.on_alarm = on_alarm
         if metrics is not None:
-            self._recent = Children(metrics.precision_recent)
-            self._baseline = Children(metrics.precision_baseline)
-            self._drift = Children(metrics.precision_drift)
+            self._recent = Children(metrics.precision_recent, metrics.budget)
+            self._baseline = Children(metrics.precision_baseline, metrics.budget)
+            self._drift = Children(metrics.precision_drift, metrics.budget)
 
     def peer_score(self, score: PeerScore) -> None:
         """A score another replica made: the same step as one of ours, under the same capped label."""

@@ -3,12 +3,13 @@ generated from this file).
 
 Each `Metrics` owns its own `CollectorRegistry`, so several sidecars (tests, the demo) can live
 in one process. `service` and `retriever` label values go through `LabelCap`, which keeps the
-first N distinct values and folds the rest into `other`."""
+first N distinct values and folds the rest into `other`, and every family holds at most
+`max_series` series (children.py: the budget; label tuples past it are folded into `other`)."""
 from __future__ import annotations
 
-import threading
 from typing import Iterable
 
+from ctxprec.collector.metrics.children import LabelCap, SeriesBudget
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.version import VERSION
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -20,8 +21,6 @@ disable_created_metrics()
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DELAY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-OTHER = "other"
-
 # Every reason each receiver can count an error for (the receivers and assembly name them), so
 # that the configured receivers' series exist at 0 from the start, as Prometheus recommends:
 # a panel then shows 0, not "no data", and rate() sees the first error.
@@ -31,27 +30,6 @@ RECEIVER_ERROR_REASONS: dict[str, tuple[str, ...]] = {
     "otlp_grpc": ("unauthenticated", "too_large", "too_many_spans", "bad_body", "internal", "invalid_trace_id"),
     "kafka": ("empty", "too_large", "bad_json", "bad_event", "bad_body", "ingest_error", "invalid_trace_id"),
 }
-
-
-class LabelCap:
-    """Caps a label's cardinality: the first `limit` distinct values pass, later ones are `other`."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, value: str | None) -> str:
-        value = value or "unknown"
-        if value in self._seen:
-            return value
-        with self._lock:
-            if value in self._seen:
-                return value
-            if len(self._seen) < self.limit:
-                self._seen.add(value)
-                return value
-        return OTHER
 
 
 def rank_label(rank: int) -> str:
@@ -64,10 +42,12 @@ _CAPS = MetricsConfig()
 
 class Metrics:
     def __init__(self, *, max_services: int = _CAPS.max_services, max_retrievers: int = _CAPS.max_retrievers,
-                 version: str = VERSION) -> None:
+                 max_series: int = _CAPS.max_series_per_metric, version: str = VERSION) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.service = LabelCap(max_services)
         self.retriever = LabelCap(max_retrievers)
+        # (Counted in ctxprec_metric_series_folded_total, made with the operational counters below.)
+        self.budget = SeriesBudget(max_series, lambda name: self.series_folded.labels(metric=name).inc())
 
         # -- scores, judge, drift --
         self.spans_received = Counter("ctxprec_spans_received", "Spans received, by receiver.", ["receiver"], registry=r)
@@ -145,6 +125,9 @@ class Metrics:
             ["service"], registry=r)
 
         # -- operational counters (kept few, bounded labels) --
+        self.series_folded = Counter(
+            "ctxprec_metric_series_folded", "Updates counted under service or retriever `other` because their metric "
+            "family (or the diagnostics) had used its series budget (--max-series-per-metric).", ["metric"], registry=r)
         self.receiver_errors = Counter(
             "ctxprec_receiver_errors", "Rejected input, by receiver and reason.", ["receiver", "reason"], registry=r)
         self.listener_refused = Counter(

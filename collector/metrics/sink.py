@@ -16,14 +16,14 @@ class MetricsSink(Stateless):
     def __init__(self, metrics: Metrics, drift: DriftMonitor | None = None) -> None:
         self.metrics = metrics
         self.drift = drift if drift is not None else DriftMonitor(metrics)
-        self._precision = Children(metrics.context_precision)
-        self._precision_at_k = Children(metrics.precision_at_k)
-        self._rank_judged = Children(metrics.rank_judged)
-        self._reference_kind = Children(metrics.reference_kind)
-        self._weight = Children(metrics.precision_weight)
-        self._weighted_sum = Children(metrics.precision_weighted_sum)
-        self._weighted_squares = Children(metrics.precision_weighted_squares)
-        self._weight_squares = Children(metrics.precision_weight_squares)
+        self._precision = Children(metrics.context_precision, metrics.budget)
+        self._precision_at_k = Children(metrics.precision_at_k, metrics.budget)
+        self._rank_judged = Children(metrics.rank_judged, metrics.budget)
+        self._reference_kind = Children(metrics.reference_kind, metrics.budget)
+        self._weight = Children(metrics.precision_weight, metrics.budget)
+        self._weighted_sum = Children(metrics.precision_weighted_sum, metrics.budget)
+        self._weighted_squares = Children(metrics.precision_weighted_squares, metrics.budget)
+        self._weight_squares = Children(metrics.precision_weight_squares, metrics.budget)
 
     def emit(self, outcome: Outcome) -> None:
         m = self.metrics

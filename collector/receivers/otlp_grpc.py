@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 from ctxprec.collector.components import Deadline, SignalConsumer, TraceConsumer
+from ctxprec.collector.listeners import check_free
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES, Signal
 from ctxprec.collector.receivers.config import OtlpReceiverSettings
@@ -68,15 +69,22 @@ class OtlpGrpcReceiver:
             ("grpc.max_connection_age_ms", _ms(MAX_CONNECTION_AGE_S)),
             ("grpc.max_connection_age_grace_ms", _ms(MAX_CONNECTION_AGE_GRACE_S)),
             ("grpc.max_allowed_incoming_connections", limits.max_connections),
+            # gRPC sets SO_REUSEPORT by default: a second process given the same address would
+            # start, and the kernel would split this one's connections between them.
+            ("grpc.so_reuseport", 0),
         ])
         signals = (TRACES, LOGS, METRICS) if self._signals is not None else (TRACES,)
         server.add_generic_rpc_handlers(tuple(self._handler(SIGNALS[name]) for name in signals))
         address = f"{self.host}:{self.requested_port}"
         credentials = self.security.grpc_server_credentials()
-        if credentials is not None:
-            self.port = server.add_secure_port(address, credentials)  # type: ignore[arg-type]
-        else:
-            self.port = server.add_insecure_port(address)
+        try:
+            if credentials is not None:
+                self.port = server.add_secure_port(address, credentials)  # type: ignore[arg-type]
+            else:
+                self.port = server.add_insecure_port(address)
+        except RuntimeError:  # grpc says only that it could not bind: say why
+            check_free(self.host, self.requested_port)
+            raise OSError(f"OTLP/gRPC: cannot listen on {address}") from None
         if not self.port:
             raise OSError(f"OTLP/gRPC: cannot listen on {address}")
         await server.start()

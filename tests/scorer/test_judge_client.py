@@ -180,6 +180,40 @@ async def test_timeouts_are_per_attempt_and_retried(make_stub_judge) -> None:
     assert all(e.latency_s >= 0.3 for e in events)
 
 
+async def test_timeouts_open_the_breaker_as_they_happen_across_calls(make_stub_judge) -> None:
+    stub = await make_stub_judge(error_rate=1.0, fault_kinds=("timeout",), hang_s=30)
+    events: list[RequestEvent] = []
+    client = client_for(stub.url, observer=events.append, timeout_s=0.2, max_retries=4, breaker_threshold=3,
+                        structured_output="json_object")
+    started = time.perf_counter()
+    with pytest.raises(JudgeTimeout) as caught:
+        await client.complete(messages())
+    assert client.breaker.state == "open"
+    # Three timed-out attempts of one call opened it: the fourth attempt was never sent.
+    assert [e.outcome for e in events] == ["timeout"] * 3 + ["circuit_open"]
+    assert "after 3 attempts; not tried again: the circuit breaker opened" in str(caught.value)
+    assert time.perf_counter() - started < 0.2 * 5
+    with pytest.raises(JudgeUnavailable, match="3 consecutive timeouts"):
+        await client.complete(messages())
+    await client.aclose()
+
+
+async def test_a_call_spends_at_most_one_timeout_per_attempt_whatever_the_backoff(odd_server) -> None:
+    url = await odd_server(lambda request: web.Response(status=500, text="down"))
+    events: list[RequestEvent] = []
+    cfg = JudgeConfig(model=STUB_MODEL, api_base=url, timeout_s=0.3, max_retries=4, structured_output="json_object")
+    transport = OpenAIDirectTransport(api_base=url, model="ctxprec-stub-judge")
+    # Waits of 2 s between attempts would take the call past its 5 x 0.3 s: it stops instead.
+    client = LimitedChatClient(transport, model=STUB_MODEL, config=cfg, observer=events.append,
+                               backoff=Backoff(base_s=2.0, cap_s=2.0, jitter=0.0))
+    started = time.perf_counter()
+    with pytest.raises(JudgeError) as caught:
+        await client.complete(messages())
+    await client.aclose()
+    assert time.perf_counter() - started < 0.3 * 5
+    assert caught.value.kind == "server_error" and [e.outcome for e in events] == ["server_error"]
+
+
 @pytest.mark.parametrize(
     "body",
     [b"<html>gateway hiccup</html>", b'{"choices": []}', b'{"choices": [{"message": {"content": null}}]}'],
@@ -384,6 +418,16 @@ async def test_factory_routes(stub_judge: StubJudge, monkeypatch: pytest.MonkeyP
     await bare.complete(messages())
     assert stub_judge.recent[-1].body["model"] == "gpt-4o-mini"
     for c in (vllm, bare, anthropic):
+        await c.aclose()
+
+    # A provider's API starts at the configured concurrency; a server at an http:// address at one.
+    hosted = make_chat_client(JudgeConfig(model="openai/gpt-4o-mini", api_base="https://api.example/v1",
+                                          api_key="x", concurrency=24))
+    assert hosted.in_flight_limit.allowed == 24 and anthropic.in_flight_limit.allowed == 16
+    assert vllm.in_flight_limit.allowed == 1
+    ollama = make_chat_client(JudgeConfig(model="ollama_chat/llama3"))
+    assert ollama.in_flight_limit.allowed == 1
+    for c in (hosted, ollama):
         await c.aclose()
 
     with pytest.raises(ValueError, match="local"):

@@ -106,7 +106,7 @@ mappings:
     ({"mappings": [{"name": "m", "when": {}, "query": "q", "contexts": "c"}]}, "when"),
     ({"mappings": [{"name": "m", "when": {"a": "b"}, "query": "q", "contexts": "c$documents"}]},
      "the JSON path must be made of"),
-    ({"mappings": [{"name": "m", "when": {"a": "b"}, "query": "q"}]}, "contexts"),
+    ({"mapping": {"query": "q"}}, "contexts"),  # a mappings entry may leave them out, the single mapping not
     ({"order": ["genai", "genai"]}, "listed twice"),
 ])
 def test_bad_mappings_are_refused_naming_what_is_wrong(conventions: dict[str, Any], message: str,

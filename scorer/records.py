@@ -27,6 +27,8 @@ RECORD_FIELDS: tuple[str, ...] = (
     "k",
     "reference_kind",
     "answer_source",
+    # "documents_resolved" stands here, only in the records of retrievals whose documents'
+    # text a resolver looked up by id (the sidecar's, never `ctxprec score`'s).
     "judge",
     "sample_rate",
     "decision",
@@ -85,12 +87,14 @@ def score_record(
     scored_at: datetime | None = None,
     timestamp: str | None = None,
     document_ids: Sequence[str] | None = None,
+    documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
     `answer_source` says where the answer judged against came from: `event` (the input carried
     it), `llm_span` or `chain_output` (read from a trace), `none`. `timestamp` is when the sample
     itself happened (the event's own time), as opposed to `scored_at`. `document_ids`, one per
-    context in rank order (scorer.documents), adds a `document` key to each verdict."""
+    context in rank order (scorer.documents), adds a `document` key to each verdict.
+    `documents_resolved` adds `"documents_resolved": true` after `answer_source`."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -108,6 +112,7 @@ def score_record(
         "k": result.k,
         "reference_kind": result.reference_kind,
         "answer_source": answer_source,
+        **_RESOLVED[documents_resolved],
         "judge": judge_block(result.usage, model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,
@@ -153,6 +158,7 @@ def failure_record(
     answer_source: str = "none",
     scored_at: datetime | None = None,
     timestamp: str | None = None,
+    documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a sample that got no score: every score field is null, `error` says why.
     `usage` keeps what the failed attempt still cost (tokens spent before the failure)."""
@@ -173,6 +179,7 @@ def failure_record(
         "k": k,
         "reference_kind": reference_kind,
         "answer_source": answer_source,
+        **_RESOLVED[documents_resolved],
         "judge": judge_block(usage or JudgeUsage(), model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,
@@ -180,6 +187,9 @@ def failure_record(
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
         "timestamp": timestamp,
     }
+
+
+_RESOLVED: dict[bool, dict[str, Any]] = {False: {}, True: {"documents_resolved": True}}
 
 
 def judge_block(usage: JudgeUsage, *, model: str = "", prompt_version: str = "") -> dict[str, Any]:

@@ -85,6 +85,7 @@ STRUCTURED: dict[str, Any] = {
     "conventions.mapping": {"query": "app.question", "contexts": "app.documents$[*].text"},
     "conventions.mappings": [{"name": "step", "when": {"span.name": "retrieve"}, "query": "app.question",
                               "contexts": "app.documents$[*].text"}],
+    "resolver.sources": [{"name": "kb", "kind": "http", "url": "http://127.0.0.1:9/documents"}],
 }
 
 

@@ -31,10 +31,10 @@ class PostgresStore:
             statement_cache_size=16)
         async with self._pool.acquire() as connection:
             statement = await connection.prepare(config.query)
-        columns = statement.get_attributes()
+            columns = statement.get_attributes()
+            parameters = statement.get_parameters()
         if len(columns) != 2:
             raise StoreError(f"the query must return two columns (id, text), it returns {len(columns)}")
-        parameters = statement.get_parameters()
         if len(parameters) != 1 or parameters[0].kind != "array":
             raise StoreError("the query must take one parameter, $1, the array of ids "
                              "(e.g. WHERE id = ANY($1))")

@@ -1,6 +1,6 @@
 """`make test` installs system packages only when they are missing and never ends a process it did
-not start (Debian's prometheus and redis-server packages would start daemons: a policy-rc.d keeps
-them from it)."""
+not start (Debian's prometheus, redis-server and postgresql packages would start daemons: a
+policy-rc.d keeps them from it)."""
 from __future__ import annotations
 
 import os
@@ -12,9 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "install-system-deps.sh"
 
 
-def _sandbox(tmp_path: Path, *, with_prometheus: bool, with_redis: bool = True) -> dict[str, str]:
+def _sandbox(tmp_path: Path, *, with_prometheus: bool, with_redis: bool = True,
+             with_postgres: bool = True) -> dict[str, str]:
     """A PATH with the shell tools the script needs, a fake apt-get that notes its arguments and
-    the policy in force while it runs, and (optionally) fake promtool/prometheus and redis-server."""
+    the policy in force while it runs, and (optionally) fake promtool/prometheus, redis-server and
+    PostgreSQL's initdb (where Debian puts it, in a folder of the sandbox's own)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("sh", "id", "printf", "tee", "chmod", "rm", "env", "cat"):
@@ -30,7 +32,12 @@ def _sandbox(tmp_path: Path, *, with_prometheus: bool, with_redis: bool = True) 
     for tool in tools:
         (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / tool).chmod(0o755)
-    return {"PATH": str(bin_dir), "POLICY_RC_D": str(policy), "HOME": str(tmp_path)}
+    postgresql = tmp_path / "postgresql"
+    if with_postgres:
+        (postgresql / "15" / "bin").mkdir(parents=True)
+        (postgresql / "15" / "bin" / "initdb").write_text("#!/bin/sh\nexit 0\n")
+        (postgresql / "15" / "bin" / "initdb").chmod(0o755)
+    return {"PATH": str(bin_dir), "POLICY_RC_D": str(policy), "HOME": str(tmp_path), "POSTGRESQL_LIB": str(postgresql)}
 
 
 def test_prometheus_is_installed_when_missing_without_starting_its_daemon(tmp_path: Path) -> None:
@@ -58,7 +65,17 @@ def test_only_the_missing_package_is_installed(tmp_path: Path) -> None:
     assert installs and installs[0].split()[-1] == "redis-server" and "prometheus" not in installs[0]
 
 
-def test_nothing_is_installed_when_prometheus_and_redis_are_there(tmp_path: Path) -> None:
+def test_postgresql_is_installed_when_initdb_is_nowhere(tmp_path: Path) -> None:
+    if os.geteuid() != 0:  # as above: only where make test runs as root
+        return
+    env = _sandbox(tmp_path, with_prometheus=True, with_postgres=False)
+    done = subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in (tmp_path / "apt.log").read_text().splitlines() if line.startswith("install ")]
+    assert installs and installs[0].split()[-1] == "postgresql" and "redis-server" not in installs[0]
+
+
+def test_nothing_is_installed_when_prometheus_redis_and_postgresql_are_there(tmp_path: Path) -> None:
     env = _sandbox(tmp_path, with_prometheus=True)
     done = subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

@@ -93,14 +93,20 @@ class DocumentEndpoint:
         self.requests: list[list[str]] = []
         self.delay_s = 0.0
         self.status = 200
+        self.in_flight = self.most_in_flight = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
 
     async def _documents(self, request: web.Request) -> web.Response:
         ids = await request.json()
         self.requests.append(ids)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+        finally:
+            self.in_flight -= 1
         if self.status != 200:
             return web.Response(status=self.status, text="down")
         return web.json_response({i: self.texts[i] for i in ids if i in self.texts})

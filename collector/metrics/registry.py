@@ -171,6 +171,9 @@ class Metrics:
         self.shared_cache = Counter(
             "ctxprec_judge_shared_cache", "Contexts looked up in (read) or stored to (write) the shared verdict "
             "cache, by outcome.", ["operation", "outcome"], registry=r)
+        self.shared_cache_breaker = Counter(
+            "ctxprec_judge_shared_cache_breaker_opened", "Times the shared verdict cache was set aside after "
+            "failures (its store is not asked until a probe succeeds).", registry=r)
         # The document resolvers (collector/resolving/), per configured source (a bounded set).
         self.resolver_lookups = Counter(
             "ctxprec_resolver_lookups", "Batched lookups of document texts by id, by source and outcome "
@@ -192,9 +195,6 @@ class Metrics:
             "open).", ["source"], registry=r)
         self.resolver_cache_bytes = Gauge(
             "ctxprec_resolver_cache_bytes", "Bytes of resolved texts held for reuse.", registry=r)
-        self.shared_cache_breaker = Counter(
-            "ctxprec_judge_shared_cache_breaker_opened", "Times the shared verdict cache was set aside after "
-            "failures (its store is not asked until a probe succeeds).", registry=r)
 
     def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str],
                       fallback_reasons: Iterable[str] = (), cluster_outcomes: Iterable[str] = (),

@@ -107,3 +107,23 @@ def test_a_missing_secret_is_refused_at_construction_naming_the_source(monkeypat
     config = ResolverConfig.model_validate({"sources": [{**POSTGRES, "password_env": "KB_DB_PASSWORD"}]})
     with pytest.raises(ValueError, match="resolver source kb: the variable KB_DB_PASSWORD is not set"):
         DocumentResolver(config, downstream=None, decisions=None, metrics=Metrics())  # type: ignore[arg-type]
+
+
+def test_the_documented_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/FORMATS.md's resolver example (one source per kind) and its query-only mapping load as
+    written, and the stage builds from them."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "FORMATS.md").read_text(encoding="utf-8")
+    section = text.split("### Traces without document text", 1)[1]
+    blocks = [yaml.safe_load(b.split("```", 1)[0]) for b in section.split("```yaml\n")[1:]]
+    mapping, resolver = blocks[0], blocks[1]
+    path = tmp_path / "ctxprec.yaml"
+    path.write_text(yaml.safe_dump({**mapping, **resolver}), encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    config_module.add_arguments(parser)
+    config = config_module.load(parser.parse_args(["--config", str(path)]), environ={})
+    assert [s.kind for s in config.resolver.sources] == ["postgres", "redis", "chroma", "milvus", "http"]
+    assert [r.name for r in config.conventions.rules()][0] == "question"
+    monkeypatch.setenv("KB_DB_PASSWORD", "secret")
+    monkeypatch.setattr("ctxprec.collector.resolving.config.read_token_file", lambda path, what: "token")
+    stage = DocumentResolver(config.resolver, downstream=None, decisions=None)  # type: ignore[arg-type]
+    assert [s.name for s in stage.sources] == ["kb", "cache", "vectors", "milvus", "app"]

@@ -49,9 +49,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 # The langfuse extra too: the Langfuse sink's tests check its request bodies against the SDK's
-# models; the bench extra, for the slow tier's quick pass of every benchmark; and each document
-# resolver's client library (the resolve-* extras), for the resolver tests.
-TEST_EXTRAS := test,langfuse,bench,resolve-postgres,resolve-redis,resolve-chroma,resolve-milvus
+# models; the cjk extra, for the local judge's Chinese, Japanese and Korean tests; the bench
+# extra, for the slow tier's quick pass of every benchmark; and each document resolver's client
+# library (the resolve-* extras), for the resolver tests.
+TEST_EXTRAS := test,langfuse,cjk,bench,resolve-postgres,resolve-redis,resolve-chroma,resolve-milvus
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[$(TEST_EXTRAS)]' -c $(CONSTRAINTS)
 	touch $@

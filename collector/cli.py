@@ -5,15 +5,20 @@ grpc or the OpenTelemetry SDK.
 Each subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Every long flag
 also reads `CTXPREC_<FLAG>` from the environment; flags win. `serve` reads its variables in its
 config loader (which names the variable in its errors); for the other commands the parser turns
-them into flag defaults."""
+them into flag defaults. A module whose command reads variables that are not flags names them in
+`environment_variables()`; a `CTXPREC_*` variable no command reads is warned about at start.
+
+Flags are never abbreviated (`--sample-rat` is not `--sample-rate`), and a usage error is one
+line, with a did-you-mean for a misspelt flag, not the whole usage."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NoReturn, Sequence
 
 PROG = "ctxprec"
 ENV_PREFIX = "CTXPREC_"
@@ -53,7 +58,7 @@ def _version() -> str:
 
 def _top_parser() -> argparse.ArgumentParser:
     commands = "\n".join(f"  {s.name:<11} {s.summary}" for s in SUBCOMMANDS)
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=PROG,
         usage=f"{PROG} [--version] COMMAND [ARGS]",
         description="Score live RAG traffic with the context precision scorer.\n\ncommands:\n" + commands,
@@ -75,11 +80,29 @@ def env_name(option: str) -> str:
 
 class CommandParser(argparse.ArgumentParser):
     """An argument parser that remembers its long flags as they are added, so that `CTXPREC_*`
-    variables can become their defaults (and show in --help) through argparse's public API."""
+    variables can become their defaults (and show in --help) through argparse's public API.
+    Flags are never taken by a prefix, and a usage error is one line (`error`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.long_flags: list[tuple[str, argparse.Action]] = []  # before: the base adds --help
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """What is wrong in one line, with a did-you-mean for an unknown flag: `serve`'s whole
+        usage is some 70 lines, and the mistake would scroll out of sight above it."""
+        self.exit(2, f"{self.prog}: error: {self._explain(message)} (see '{self.prog} --help')\n")
+
+    def _explain(self, message: str) -> str:
+        head, _, words = message.partition(": ")
+        if head != "unrecognized arguments":
+            return message
+        unknown = words.split()
+        flag = next((w.partition("=")[0] for w in unknown if w.startswith("-")), None)
+        if flag is None:
+            return f"unexpected argument {unknown[0]!r}" if unknown else message
+        known = [o for action in self._actions for o in action.option_strings]
+        return f"unknown flag {flag}{did_you_mean(flag, known)}"
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
@@ -142,6 +165,50 @@ def _convert_one(action: argparse.Action, option: str, name: str, raw: str) -> A
     return value
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean X?` for the closest known spelling, or nothing."""
+    guess = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {guess[0]}?" if guess else ""
+
+
+def variables_of(parser: CommandParser, module: Any) -> set[str]:
+    """The `CTXPREC_*` variables a command reads: one per long flag, and the module's others."""
+    names = {env_name(option) for option, action in parser.long_flags if action.default != argparse.SUPPRESS}
+    extra = getattr(module, "environment_variables", None)
+    return names | set(extra() if callable(extra) else ())
+
+
+def unknown_variables(environ: Mapping[str, str], known: set[str]) -> list[str]:
+    return sorted(name for name in environ if name.startswith(ENV_PREFIX) and name not in known)
+
+
+def _every_command_reads() -> set[str]:
+    """The variables of every command: one set for the whole environment, so that a variable
+    meant for another command (CTXPREC_CONCURRENCY beside `serve`) is not called unknown. Built
+    only when the running command does not know a variable, since it imports every command."""
+    names: set[str] = set()
+    for sub in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(sub.module)
+        except ImportError:  # a command whose module cannot load has no variables to offer
+            continue
+        parser = _command_parser(sub)
+        module.add_arguments(parser)
+        names |= variables_of(parser, module)
+    return names
+
+
+def _warn_unknown_variables(name: str, parser: CommandParser, module: Any,
+                            environ: Mapping[str, str] | None = None) -> None:
+    env = os.environ if environ is None else environ
+    if not unknown_variables(env, variables_of(parser, module)):
+        return
+    known = _every_command_reads()
+    for variable in unknown_variables(env, known):
+        sys.stderr.write(f"{PROG} {name}: warning: {variable} is set but no ctxprec command reads it (ignored)"
+                         f"{did_you_mean(variable, known)}\n")
+
+
 def _command_parser(sub: Subcommand) -> CommandParser:
     return CommandParser(
         prog=f"{PROG} {sub.name}",
@@ -178,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exc.code or 0)
     sub = _BY_NAME.get(name)
     if sub is None:
-        return _fail(f"unknown command {name!r}; choose from {', '.join(_BY_NAME)}")
+        return _fail(f"unknown command {name!r}{did_you_mean(name, _BY_NAME)} (commands: {', '.join(_BY_NAME)})")
 
     module = _load(sub)
     if module is None:
@@ -194,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    _warn_unknown_variables(name, parser, module)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

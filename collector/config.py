@@ -416,6 +416,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                  f"[env {env_name(flag)}, also deprecated]")
 
 
+def environment_variables() -> set[str]:
+    """Every variable `load` reads: each setting's, CTXPREC_CONFIG and the deprecated spellings."""
+    return ({s.env for s in SETTINGS if s.env} | {ENV_PREFIX + "CONFIG"}
+            | {env_name(flag) for flag in DEPRECATED_FLAGS})
+
+
 def _metavar(setting_: Setting) -> str:
     if setting_.metavar:
         return setting_.metavar

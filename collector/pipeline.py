@@ -153,7 +153,9 @@ class Pipeline:
             scored_downstream = redaction
         scoring = config.scoring
         self.workers = ScoringWorkers(self.engine, downstream=scored_downstream, identity=self.identity,
-                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics)
+                                      queue_size=scoring.queue_size, workers=scoring.workers, metrics=self.metrics,
+                                      record_text_chars=config.judge.record_text_chars,
+                                      redact=redact_text if config.judge.redact_pii else None)
         self.graph.add("workers", self.workers)
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
@@ -435,9 +437,15 @@ class Pipeline:
                 server.add_check(stage.ready.name, stage.ready.check)
         sink = self.diagnostics
         if sink is not None:
-            server.add_json_route("/diagnostics/documents", sink.documents_json)
-            server.add_json_route("/diagnostics/drift", sink.drift_json)
-            server.add_json_route("/diagnostics/top_k", sink.top_k_json)
+            server.add_json_route("/diagnostics/documents", sink.documents_json,
+                                  "the documents most often retrieved and judged irrelevant, per service and "
+                                  "retriever (?service=&retriever=&limit=)")
+            server.add_json_route("/diagnostics/drift", sink.drift_json,
+                                  "per service: whether precision drifted, the levels before and after, and the "
+                                  "retriever and attribute values behind it (?service=)")
+            server.add_json_route("/diagnostics/top_k", sink.top_k_json,
+                                  "per service and retriever: the smallest top-k keeping 95% of the relevant "
+                                  "contexts, and the curve (?service=&retriever=)")
 
     # -- what the stages report --
 

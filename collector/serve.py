@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = config_module.describe_help()
 
 
+def environment_variables() -> set[str]:
+    """The variables the config loader reads, flags or not (CTXPREC_METRICS_TOKEN has no flag)."""
+    return config_module.environment_variables()
+
+
 def describe(pipeline: Pipeline) -> list[str]:
     """What the sidecar is doing, one line per input, judge, exporter and the metrics address."""
     c = pipeline.config
@@ -183,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec serve", description="Score live RAG traffic.")
+    parser = argparse.ArgumentParser(prog="ctxprec serve", description="Score live RAG traffic.", allow_abbrev=False)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -710,7 +710,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec stub-judge", description="OpenAI-compatible deterministic stub judge")
+    parser = argparse.ArgumentParser(prog="ctxprec stub-judge", description="OpenAI-compatible deterministic stub judge",
+                                     allow_abbrev=False)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

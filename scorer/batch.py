@@ -20,18 +20,28 @@ from typing import IO, Any, Awaitable, Callable, Iterable
 # Importing any scorer module loads the package, which loads the engine (scorer/__init__.py), so
 # these cost nothing extra; litellm and the transports stay lazy inside build_engine.
 from ctxprec.scorer.config import JudgeConfig, judge_settings, setting_flag
-from ctxprec.scorer.documents import identity
 from ctxprec.scorer.engine import NO_CONTEXT_MESSAGE, ContextPrecisionEngine, build_engine
 from ctxprec.scorer.event_files import EventFileError, count_events, jsonl_events, open_event_file
-from ctxprec.scorer.events import EventError, KeyNotes, RagEvent, RawEvent, parse_rag_event_with_notes
+from ctxprec.scorer.events import (
+    EventError,
+    KeyNotes,
+    RagEvent,
+    RawEvent,
+    parse_rag_event_with_notes,
+    resolve_aliases,
+)
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
-from ctxprec.scorer.records import failure_record, record_id, score_record
+from ctxprec.scorer.records import document_names, failure_record, record_id, record_text, score_record
+from ctxprec.scorer.redact import redacted
 from ctxprec.scorer.result import JudgeUsage
 from ctxprec.scorer.values import METAVAR_OF_PARSER, parse_bool, parse_count, parse_non_negative
 
 DEFAULT_MODEL = "local"
 DEFAULT_CONCURRENCY = 16
+DEFAULT_RECORD_TEXT_CHARS: int = JudgeConfig.record_text_chars  # type: ignore[assignment]
+# Failures said on stderr as they come, with their line and reason; the rest are counted.
+FAILURES_SHOWN = 5
 LOCAL_JUDGE_NOTE = (
     "ctxprec score: using the local judge (offline, deterministic, lexical; no API key needed). "
     "For an LLM judge pass --judge-model, e.g. --judge-model openai/gpt-4o-mini with OPENAI_API_KEY set, "
@@ -42,6 +52,20 @@ LOCAL_JUDGE_NOTE = (
 
 # Hears, per event, what its keys did: (line number, notes).
 KeyObserver = Callable[[int, KeyNotes], None]
+
+
+@dataclass(frozen=True)
+class RecordText:
+    """What text a record keeps (`record_text_chars`), redacted first with --redact-pii."""
+
+    chars: int = DEFAULT_RECORD_TEXT_CHARS
+    redact_pii: bool = False
+
+    def of(self, text: str | None) -> str | None:
+        return record_text(text, self.chars, redacted if self.redact_pii else None)
+
+    def documents(self, event: RagEvent) -> tuple[list[str], list[str | None]]:
+        return document_names(event.contexts, self.chars, redacted if self.redact_pii else None)
 
 
 class UsageError(Exception):
@@ -128,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         model_given=args.model is not None,
         redact_pii=judge.pop("redact_pii", False),
         strict=args.strict,
+        record_text_chars=judge.pop("record_text_chars", DEFAULT_RECORD_TEXT_CHARS),
         judge=judge,
     )
     try:
@@ -151,6 +176,7 @@ class BatchOptions:
     model_given: bool = True
     redact_pii: bool = False
     strict: bool = False  # unknown keys and two names of one field fail the event instead of a warning
+    record_text_chars: int = DEFAULT_RECORD_TEXT_CHARS  # the question and document previews kept in records
     window: int | None = None  # events held at once; default 4 x concurrency
     progress: bool | None = None  # None: only when stderr is a terminal
     judge: dict[str, Any] = field(default_factory=dict)  # other JudgeConfig fields (the --judge-* flags)
@@ -236,10 +262,13 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     except EventFileError as exc:
         raise UsageError(str(exc)) from None
     try:
+        # A file with no event at all is a mistake a script must see (a wrong path, a failed
+        # export), not a run that scored nothing and exited 0; found before the output is opened.
+        events = source.nonempty_events()
         sink = _open_output(options.output_path, options.events_path)
-    except UsageError:
+    except (UsageError, EventFileError) as exc:
         source.close()
-        raise
+        raise UsageError(str(exc)) from None
     try:
         tally = JudgeTally()
         engine = _build_engine(options, tally)
@@ -257,18 +286,25 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
         warnings = KeyWarnings(say, noun=source.key_noun)
         for note in source.notes:
             warnings.note(note)
+        failures = FailureLines(say)
+
+        def write(record: dict[str, Any]) -> bool:
+            failures.see(record)
+            return sink.write(record)
+
         started = time.monotonic()
         try:
             summary = await score_events(
-                source.events,
+                events,
                 engine,
                 concurrency=options.concurrency,
                 window=options.window or max(16, 4 * options.concurrency),
-                write=sink.write,
+                write=write,
                 on_record=progress.update if progress else None,
                 strict=options.strict,
                 key_noun=source.key_noun,
                 on_keys=warnings,
+                text=RecordText(options.record_text_chars, options.redact_pii),
             )
         finally:
             await engine.aclose()
@@ -281,8 +317,38 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     if sink.broken:
         stderr.write("ctxprec score: output closed early; stopped\n")
         return 1
+    failures.finish(options.output_path)
     stderr.write(summary.text(options.events_path, options.model, tally))
     return 0 if summary.failed == 0 else 1
+
+
+@dataclass
+class FailureLines:
+    """The first failures on stderr as they come, each with its line and reason, so that nobody
+    has to dig them out of the output file; the rest are counted and pointed to."""
+
+    say: Callable[[str], None]
+    shown: int = 0
+    more: int = 0
+
+    def see(self, record: dict[str, Any]) -> None:
+        error = record.get("error")
+        if not error:
+            return
+        if self.shown >= FAILURES_SHOWN:
+            self.more += 1
+            return
+        self.shown += 1
+        message = str(error.get("message", ""))
+        line = record.get("line")
+        prefix = f"line {line}: "
+        where = f"line {line}" if line is not None else "an event"
+        self.say(f"ctxprec score: {where} failed ({error.get('type')}): {message.removeprefix(prefix)}\n")
+
+    def finish(self, output_path: str | None) -> None:
+        if self.more:
+            where = output_path if output_path not in (None, "-") else "the records on stdout"
+            self.say(f"ctxprec score: {self.more} more failed; their records in {where} say why\n")
 
 
 async def score_lines(
@@ -293,10 +359,12 @@ async def score_lines(
     window: int,
     write: Callable[[dict[str, Any]], bool],
     on_record: Callable[[int], None] | None = None,
+    text: RecordText = RecordText(),
 ) -> BatchSummary:
     """`score_events` over numbered JSONL lines."""
     return await score_events(
-        jsonl_events(lines), engine, concurrency=concurrency, window=window, write=write, on_record=on_record
+        jsonl_events(lines), engine, concurrency=concurrency, window=window, write=write, on_record=on_record,
+        text=text,
     )
 
 
@@ -311,11 +379,13 @@ async def score_events(
     strict: bool = False,
     key_noun: str = "key",
     on_keys: KeyObserver | None = None,
+    text: RecordText = RecordText(),
 ) -> BatchSummary:
     """Score events as read from a file with at most `concurrency` samples in flight and at most
     `window` events held; `write` gets each record in input order and returns False to stop early.
-    `on_keys` hears what each event's keys did (aliases read, conflicts, unknown keys); `key_noun`
-    is what the input calls them in messages ("column" for CSV)."""
+    `on_keys` hears what each event's keys did (aliases read, conflicts, unknown keys), failing
+    events' included; `key_noun` is what the input calls them in messages ("column" for CSV).
+    `text` says what text the records keep."""
     summary = BatchSummary()
     limit = asyncio.Semaphore(concurrency)
     # Entries are finished records (bad lines) or tasks, in input order: the reorder buffer.
@@ -336,7 +406,7 @@ async def score_events(
         for raw in events:
             if stopped:
                 break
-            item = _prepare(raw, engine, strict=strict, key_noun=key_noun, on_keys=on_keys)
+            item = _prepare(raw, engine, strict=strict, key_noun=key_noun, on_keys=on_keys, text=text)
             held.append(item if isinstance(item, dict) else asyncio.ensure_future(_limited(limit, item)))
             while held and (len(held) >= window or _ready(held[0])):
                 await emit_head()
@@ -367,37 +437,49 @@ def _prepare(
     strict: bool = False,
     key_noun: str = "key",
     on_keys: KeyObserver | None = None,
+    text: RecordText = RecordText(),
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     """A finished error record for an event that cannot be scored, or a coroutine that scores it."""
     line_no = raw.line_no
     if raw.error is not None:
-        return _bad_input(engine, f"line {line_no}: {raw.error}", raw.text, _loose_ids(raw.value))
+        _hear_keys(raw, on_keys, strict, key_noun)
+        return _bad_input(engine, raw, raw.error, text)
     try:
         parsed = parse_rag_event_with_notes(raw.value, strict=strict, key_noun=key_noun)
     except EventError as exc:
-        return _bad_input(engine, f"line {line_no}: {exc.message}", raw.text, _loose_ids(raw.value))
+        _hear_keys(raw, on_keys, strict, key_noun)
+        return _bad_input(engine, raw, exc.message, text)
     if on_keys:
         on_keys(line_no, parsed.notes)
     event = parsed.event
     if not event.contexts:
-        return _failure(engine, event, line_no, "no_contexts", NO_CONTEXT_MESSAGE, decision="no_contexts")
-    return _score_event(engine, event, line_no)
+        return _failure(engine, event, line_no, "no_contexts", NO_CONTEXT_MESSAGE, text, decision="no_contexts")
+    return _score_event(engine, event, line_no, text)
 
 
-async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no: int) -> dict[str, Any]:
+def _hear_keys(raw: RawEvent, on_keys: KeyObserver | None, strict: bool, key_noun: str) -> None:
+    """What the keys of an event that failed said: a misspelt `contexs` is most likely why it
+    failed. Under --strict the error itself names them."""
+    if on_keys is None or strict or not isinstance(raw.value, dict):
+        return
+    on_keys(raw.line_no, resolve_aliases(raw.value)[1])
+
+
+async def _score_event(engine: ContextPrecisionEngine, event: RagEvent, line_no: int, text: RecordText) -> dict[str, Any]:
     try:
         result = await engine.score(
             event.query, event.context_texts, output=event.output, expected_output=event.expected_output
         )
     except JudgeError as exc:
-        return _failure(engine, event, line_no, exc.kind, str(exc), usage=exc.usage)
+        return _failure(engine, event, line_no, exc.kind, str(exc), text, usage=exc.usage)
     except ValueError as exc:
-        return _failure(engine, event, line_no, "bad_input", str(exc))
+        return _failure(engine, event, line_no, "bad_input", str(exc), text)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - one broken sample must not end the batch
-        return _failure(engine, event, line_no, "internal_error", f"{type(exc).__name__}: {exc}")
-    return score_record(result, **_event_fields(engine, event), document_ids=[identity(c) for c in event.contexts])
+        return _failure(engine, event, line_no, "internal_error", f"{type(exc).__name__}: {exc}", text)
+    names, previews = text.documents(event)
+    return score_record(result, **_event_fields(engine, event, line_no, text), document_ids=names, previews=previews)
 
 
 def _failure(
@@ -406,6 +488,7 @@ def _failure(
     line_no: int,
     kind: str,
     message: str,
+    text: RecordText,
     *,
     decision: str = "failed",
     usage: JudgeUsage | None = None,
@@ -417,11 +500,11 @@ def _failure(
         k=len(event.contexts),
         decision=decision,
         usage=usage,
-        **_event_fields(engine, event),
+        **_event_fields(engine, event, line_no, text),
     )
 
 
-def _event_fields(engine: ContextPrecisionEngine, event: RagEvent) -> dict[str, Any]:
+def _event_fields(engine: ContextPrecisionEngine, event: RagEvent, line_no: int, text: RecordText) -> dict[str, Any]:
     """What the score record and the failure record of a parsed event share."""
     return {
         "record_id": _event_record_id(event, engine.fingerprint),
@@ -433,33 +516,46 @@ def _event_fields(engine: ContextPrecisionEngine, event: RagEvent) -> dict[str, 
         "prompt_version": engine.prompt_version,
         "answer_source": "event" if event.output else "none",
         "timestamp": event.timestamp,
+        "query": text.of(event.query),
+        "line": line_no,
+        "event_id": event.id,
     }
 
 
-def _bad_input(
-    engine: ContextPrecisionEngine, message: str, content: str, ids: tuple[str, str, str] = ("", "", "")
-) -> dict[str, Any]:
-    trace_id, span_id, service = ids
+def _bad_input(engine: ContextPrecisionEngine, raw: RawEvent, problem: str, text: RecordText) -> dict[str, Any]:
+    """The record of an event that could not be read or validated: what could be read of its ids
+    and question is kept, so that it can still be joined to its trace and found."""
+    trace_id, span_id, service, query, event_id = _loose_fields(raw.value)
     return failure_record(
         error_type="bad_input",
-        message=message,
-        record_id=record_id(trace_id, span_id, engine.fingerprint, content=content),
+        message=f"line {raw.line_no}: {problem}",
+        record_id=record_id(trace_id, span_id, engine.fingerprint, content=raw.text),
         trace_id=trace_id,
         span_id=span_id,
         service=service,
         scale=engine.scale,
         model=engine.model,
         prompt_version=engine.prompt_version,
+        query=text.of(query),
+        line=raw.line_no,
+        event_id=event_id,
     )
 
 
-def _loose_ids(obj: Any) -> tuple[str, str, str]:
-    """Trace id, span id and service of an event that failed validation, when they are readable,
-    so that its error record can still be joined to the trace."""
+def _loose_fields(obj: Any) -> tuple[str, str, str, str | None, str | None]:
+    """Trace id, span id, service, question and id of an event that failed validation, when they
+    are readable."""
     if not isinstance(obj, dict):
-        return "", "", ""
-    picked = [obj.get(name) for name in ("trace_id", "span_id", "service")]
-    return tuple(v if isinstance(v, str) else "" for v in picked)  # type: ignore[return-value]
+        return "", "", "", None, None
+    fields, _ = resolve_aliases(obj)
+    ids = [fields.get(name) for name in ("trace_id", "span_id", "service")]
+    trace_id, span_id, service = (v if isinstance(v, str) else "" for v in ids)
+    query = fields.get("query")
+    return trace_id, span_id, service, query if isinstance(query, str) else None, _loose_id(fields.get("id"))
+
+
+def _loose_id(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
 def _event_record_id(event: RagEvent, fingerprint: str) -> str:

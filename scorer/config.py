@@ -45,6 +45,18 @@ def parse_api_key(raw: Any) -> str | None:
     return parse_optional_text(raw)
 
 
+def parse_api_base(raw: Any) -> str | None:
+    """An http(s) URL: a base without its scheme (`127.0.0.1:8000/v1`) would be refused by every
+    request instead of once, at start."""
+    value = parse_optional_text(raw)
+    if value is None:
+        return None
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError(f"must be an http:// or https:// URL such as http://127.0.0.1:8000/v1, got {value[:80]!r}")
+    return value.strip()
+
+
 def parse_cache_url(raw: Any) -> str | None:
     value = parse_optional_text(raw)
     if value is None:
@@ -69,8 +81,8 @@ class JudgeConfig:
         "local", "litellm model string (openai/gpt-4o-mini, anthropic/..., ollama_chat/..., hosted_vllm/...), or "
                  "local, the offline judge (the default)", parse_model, flag="--judge-model")
     api_base: str | None = judge_setting(
-        None, "base URL of an OpenAI-compatible server for the judge (with --judge-model openai/NAME)",
-        parse_optional_text, flag="--judge-api-base")
+        None, "base URL of an OpenAI-compatible server for the judge (with --judge-model openai/NAME): http:// or "
+              "https://", parse_api_base, flag="--judge-api-base", metavar="URL")
     api_key: str | None = judge_setting(
         None, "judge API key (else the provider's usual environment variable, e.g. OPENAI_API_KEY)", parse_api_key,
         flag="--judge-api-key", secret=True, metavar="TEXT")
@@ -135,6 +147,11 @@ class JudgeConfig:
         False, "replace e-mail addresses, phone and card numbers with placeholders before text reaches the judge, "
                "and in all text ctxprec writes out (reasons, records, sinks, diagnostics, logs)", parse_bool,
         flag="--redact-pii")
+
+    record_text_chars: int = judge_setting(
+        300, "characters of text each score record keeps: the question (`query`) and, for a document without "
+             "an id, its first words (`preview` in its verdict, at most 80); redacted with --redact-pii; 0: "
+             "records keep no text", parse_count0, flag="--record-text-chars")
 
     def __post_init__(self) -> None:
         for setting in fields(self):

@@ -72,3 +72,20 @@ def identity(context: HasContent) -> str:
 def is_text_hash(identity_value: str) -> bool:
     """True when an identity was derived from the text (the document carried no id)."""
     return identity_value.startswith(HASH_PREFIX)
+
+
+def cut_words(text: str, chars: int) -> str:
+    """At most `chars` characters: whole words and an ellipsis when the text is longer."""
+    if len(text) <= chars:
+        return text
+    head = text[: chars - 1]
+    space = head.rfind(" ")
+    if space > chars // 2:
+        head = head[:space]
+    return head.rstrip() + "\u2026"
+
+
+def first_words(text: str, chars: int) -> str:
+    """The start of a text for a person to recognise it by: whitespace collapsed, whole words,
+    at most `chars` characters."""
+    return cut_words(" ".join(text[: chars * 4].split()), chars)

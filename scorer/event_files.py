@@ -3,6 +3,7 @@
 readers stream and give `RawEvent`s that the batch validates with the same parser."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from ctxprec.scorer.events import RawEvent, json_error_text
 JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
 CSV_EXTENSIONS = (".csv",)
 _SNIFF_BYTES = 4096
+# Above this share of bytes that no text file holds (NUL, control characters, invalid UTF-8), the
+# file is binary: a CSV reader would only say "line contains NUL" about it.
+_BINARY_SHARE = 0.05
 
 
 class EventFileError(Exception):
@@ -27,6 +31,7 @@ class EventFile:
     events: Iterator[RawEvent]
     notes: list[str] = field(default_factory=list)  # about the file as a whole (e.g. its header)
     handle: IO[bytes] | None = None
+    has_header: bool = False  # a CSV file whose header row was read
 
     @property
     def key_noun(self) -> str:
@@ -36,6 +41,15 @@ class EventFile:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
+
+    def nonempty_events(self) -> Iterator[RawEvent]:
+        """The events, once the first is found; EventFileError when the file holds none (empty,
+        blank lines only, or a CSV header row alone)."""
+        first = next(self.events, None)
+        if first is None:
+            what = "a header row and no rows" if self.has_header else "no events (it is empty or blank)"
+            raise EventFileError(f"{self.path}: holds {what}; nothing to score")
+        return itertools.chain((first,), self.events)
 
 
 def open_event_file(path: str) -> EventFile:
@@ -49,17 +63,39 @@ def open_event_file(path: str) -> EventFile:
         raise EventFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         # peek, not read: a pipe (`<(zcat events.csv.gz)`) cannot be rewound.
-        kind = detect_kind(path, handle.peek(_SNIFF_BYTES)[:_SNIFF_BYTES])
+        head = handle.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
+        if looks_binary(head):
+            raise EventFileError(f"{path}: neither CSV nor JSON Lines: it holds binary data (a compressed or "
+                                 "spreadsheet file? export it as CSV or JSONL first)")
+        kind = detect_kind(path, head)
         if kind == "jsonl":
             return EventFile(path, kind, jsonl_events(numbered_lines(handle)), handle=handle)
         table = CsvEvents(numbered_lines(handle))
-        return EventFile(path, kind, iter(table), notes=table.notes, handle=handle)
+        return EventFile(path, kind, iter(table), notes=table.notes, handle=handle, has_header=bool(table.columns))
+    except EventFileError:
+        handle.close()
+        raise
     except CsvHeaderError as exc:
         handle.close()
         raise EventFileError(f"{path}: {exc}") from None
     except OSError as exc:
         handle.close()
         raise EventFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def looks_binary(head: bytes) -> bool:
+    """Whether the first bytes of a file are not text: a NUL, or more than a few bytes that are
+    control characters or not UTF-8 (a line or two of bad UTF-8 in a text file is not enough: those
+    lines get error records and the rest is scored)."""
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    text = head.decode("utf-8", "replace")
+    if text.endswith("\ufffd"):  # a character cut by the sniffing window, not a bad one
+        text = text.rstrip("\ufffd")
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\f"))
+    return odd > _BINARY_SHARE * max(len(text), 1)
 
 
 def detect_kind(path: str, head: bytes) -> str:

@@ -21,6 +21,7 @@ _SPAN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 # The fields an event may carry under their own names. Other keys are not an error (producers add
 # their own), but `ctxprec score` reports them: a misspelt field would otherwise vanish unnoticed.
 EVENT_FIELDS: tuple[str, ...] = (
+    "id",
     "trace_id",
     "span_id",
     "service",
@@ -78,6 +79,7 @@ class RagEvent:
     expected_output: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     timestamp: str | None = None
+    id: str | None = None  # the event's own id in its dataset, when it has one (score records' `event_id`)
 
     @property
     def retriever(self) -> str:
@@ -228,7 +230,20 @@ def _parse_fields(obj: dict[str, Any], label: _Names) -> RagEvent:
         expected_output=texts["expected_output"],
         attributes=attributes,
         timestamp=_parse_timestamp(obj.get("timestamp")),
+        id=_parse_event_id(obj.get("id")),
     )
+
+
+def _parse_event_id(value: Any) -> str | None:
+    """A dataset's own row id: text or a whole number, kept as text."""
+    if value is None:
+        return None
+    if isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+        if len(text) > 200:
+            raise EventError(f"'id' is {len(text)} characters long; an id is at most 200")
+        return text
+    raise EventError(f"'id' must be a string or a whole number, got {_json_type(value)}")
 
 
 def parse_rag_event_line(line: str, line_no: int) -> RagEvent:

@@ -3,10 +3,11 @@ clashed, which keys it does not know. Each is said once per name, at the first l
 so a file of a million rows with an extra column gives one line on stderr, not a million."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ctxprec.scorer.events import KeyNotes
+from ctxprec.scorer.events import ALIAS_OF, EVENT_FIELDS, KeyNotes
 
 PREFIX = "ctxprec score"
 
@@ -27,9 +28,11 @@ class KeyWarnings:
                 "(said once; --strict makes it an error)",
             )
         for key in notes.unknown:
+            guess = difflib.get_close_matches(key, [*EVENT_FIELDS, *ALIAS_OF], n=1, cutoff=0.75)
+            hint = f"; did you mean '{guess[0]}'?" if guess else ""
             self._once(
                 ("unknown", key),
-                f"{PREFIX}: warning: line {line_no}: unknown {self.noun} '{key}' ignored "
+                f"{PREFIX}: warning: line {line_no}: unknown {self.noun} '{key}' ignored{hint} "
                 "(said once per name; --strict makes it an error)",
             )
 

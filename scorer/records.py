@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from ctxprec.scorer.documents import HasContent, first_words, identity, is_text_hash
 from ctxprec.scorer.result import JudgeUsage, ScoreResult, Verdict
 
 # The order of the keys is part of the format: consumers diff and grep these lines.
@@ -35,6 +36,9 @@ RECORD_FIELDS: tuple[str, ...] = (
     "error",
     "scored_at",
     "timestamp",
+    "query",
+    "line",
+    "event_id",
 )
 JUDGE_FIELDS: tuple[str, ...] = (
     "model",
@@ -46,6 +50,30 @@ JUDGE_FIELDS: tuple[str, ...] = (
     "latency_ms",
     "cached_contexts",
 )
+
+
+# The first words of a document named by a hash (it has no id), kept in its verdict as `preview`
+# so that a person can tell which document the hash stands for.
+PREVIEW_CHARS = 80
+
+
+def record_text(text: str | None, chars: int, redact: Callable[[str], str] | None = None) -> str | None:
+    """Text as a record keeps it: redacted first (so that an address cut in two is still found),
+    then at most `chars` characters of whole words; None when records keep no text (`chars` 0)."""
+    if text is None or chars <= 0:
+        return None
+    return first_words(redact(text[: chars * 4]) if redact is not None else text, chars)
+
+
+def document_names(contexts: Sequence[HasContent], text_chars: int,
+                   redact: Callable[[str], str] | None = None) -> tuple[list[str], list[str | None]]:
+    """Each context's identity (scorer.documents) and, for one named by a hash of its text, the
+    first words of that text (None for a context with an id, or when records keep no text)."""
+    names = [identity(c) for c in contexts]
+    chars = min(text_chars, PREVIEW_CHARS)
+    previews = [record_text(c.content, chars, redact) if is_text_hash(name) else None
+                for c, name in zip(contexts, names)]
+    return names, previews
 
 
 def record_id(trace_id: str, span_id: str, fingerprint: str, *, content: str | None = None) -> str:
@@ -87,14 +115,21 @@ def score_record(
     scored_at: datetime | None = None,
     timestamp: str | None = None,
     document_ids: Sequence[str] | None = None,
+    query: str | None = None,
+    line: int | None = None,
+    event_id: str | None = None,
+    previews: Sequence[str | None] | None = None,
     documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
     `answer_source` says where the answer judged against came from: `event` (the input carried
     it), `llm_span` or `chain_output` (read from a trace), `none`. `timestamp` is when the sample
     itself happened (the event's own time), as opposed to `scored_at`. `document_ids`, one per
-    context in rank order (scorer.documents), adds a `document` key to each verdict.
-    `documents_resolved` adds `"documents_resolved": true` after `answer_source`."""
+    context in rank order (scorer.documents), adds a `document` key to each verdict, and
+    `previews` (`document_names`) a `preview` to those named by a hash. `query` is the question
+    as the record keeps it (`record_text`); `line` and `event_id` say where a batch event was read
+    (its line in the input file, the `id` it carried). `documents_resolved` adds
+    `"documents_resolved": true` after `answer_source`."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -104,7 +139,7 @@ def score_record(
         "score": result.score,
         "scale": _plain_number(result.scale),
         "reason": result.reason,
-        "verdicts": verdict_dicts(result.verdicts, document_ids),
+        "verdicts": verdict_dicts(result.verdicts, document_ids, previews),
         "precision_at_k": result.precision_at_k,
         "hit": result.hit,
         "first_relevant_rank": result.first_relevant_rank,
@@ -119,13 +154,18 @@ def score_record(
         "error": None,
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
         "timestamp": timestamp,
+        "query": query,
+        "line": line,
+        "event_id": event_id,
     }
 
 
-def verdict_dicts(verdicts: Sequence[Verdict], document_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def verdict_dicts(verdicts: Sequence[Verdict], document_ids: Sequence[str] | None = None,
+                  previews: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
     """The verdicts as the record writes them: `index`, `relevant`, `reason`, then `document` when
-    the contexts' identities are known. A verdict whose index has no identity (a caller that
-    passed fewer ids than contexts) is written without one rather than with a wrong one."""
+    the contexts' identities are known and `preview` when that identity is a hash and records keep
+    text. A verdict whose index has no identity (a caller that passed fewer ids than contexts) is
+    written without one rather than with a wrong one."""
     if document_ids is None:
         return [v.to_dict() for v in verdicts]
     out = []
@@ -134,6 +174,9 @@ def verdict_dicts(verdicts: Sequence[Verdict], document_ids: Sequence[str] | Non
         entry = verdict.to_dict()
         if 0 <= verdict.index < count:
             entry["document"] = document_ids[verdict.index]
+            preview = previews[verdict.index] if previews is not None and verdict.index < len(previews) else None
+            if preview is not None:
+                entry["preview"] = preview
         out.append(entry)
     return out
 
@@ -158,6 +201,9 @@ def failure_record(
     answer_source: str = "none",
     scored_at: datetime | None = None,
     timestamp: str | None = None,
+    query: str | None = None,
+    line: int | None = None,
+    event_id: str | None = None,
     documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a sample that got no score: every score field is null, `error` says why.
@@ -186,6 +232,9 @@ def failure_record(
         "error": {"type": error_type, "message": message},
         "scored_at": rfc3339(scored_at) if scored_at else rfc3339_now(),
         "timestamp": timestamp,
+        "query": query,
+        "line": line,
+        "event_id": event_id,
     }
 
 

@@ -6,16 +6,23 @@ first k contexts, the relevant ones at ranks <= k would still reach the LLM; the
 
     kept(k) = relevant(1..k) / relevant(all ranks)
 
-and the recommended k is the smallest with kept(k) >= `keep` (95% by default). Cutting to it saves
-the contexts ranked after k: per request, their count and their characters / 4 as tokens (a
-rough rule for English text that needs no tokenizer). Pure functions: the batch report and the
-sidecar's running state both call `recommend_top_k`."""
+and the recommended k is the smallest with kept(k) >= `keep` (95% by default), once at least
+`min_relevant` (30) relevant contexts were seen. Cutting to it saves the contexts ranked after k:
+per request, their count and their characters / 4 as tokens (a rough rule for English text that
+needs no tokenizer).
+
+This is the one top-k rule (docs/DIAGNOSTICS.md, "The right top-k"): the report,
+`/diagnostics/top_k`, `ctxprec_recommended_k` and the demo all call `recommend_top_k` with
+`DEFAULT_KEEP` and `DEFAULT_MIN_RELEVANT`, and say it in `RULE`'s words."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
 DEFAULT_KEEP = 0.95
+# A k read off a handful of verdicts would move with every new one.
+DEFAULT_MIN_RELEVANT = 30
+RULE = f"the smallest k that keeps at least {DEFAULT_KEEP:.0%} of the relevant contexts"
 CHARS_PER_TOKEN = 4.0
 # kept(k) is a ratio of sums; without slack, 0.95 computed as 19/20 could land just below 0.95.
 _EPSILON = 1e-9

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs what the tests need from Debian's packages, only what is missing: Prometheus (for
 # promtool and the live dashboard test), Redis (the shared verdict cache's and the resolver's
-# tests) and PostgreSQL (the resolver's tests: initdb and pg_ctl make a throwaway cluster). Nothing
-# that is already there is touched, and no process is stopped: the tests start their own
-# Prometheus, redis-server and PostgreSQL on free ports. Debian's packages would start daemons on
-# install; a policy-rc.d, only for the time of the install, keeps them from doing so.
+# tests), Chromium (the report as a browser renders it, headless) and PostgreSQL (the resolver's
+# tests: initdb and pg_ctl make a throwaway cluster). Nothing that is already there is touched,
+# and no process is stopped: the tests start their own Prometheus, redis-server and PostgreSQL on
+# free ports. Debian's packages would start daemons on install; a policy-rc.d, only for the time
+# of the install, keeps them from doing so.
 set -eu
 
 packages=""
@@ -13,6 +14,9 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 if ! command -v redis-server >/dev/null 2>&1; then
     packages="$packages redis-server"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    packages="$packages chromium"
 fi
 # Debian keeps initdb and pg_ctl out of PATH, in /usr/lib/postgresql/VERSION/bin.
 have_initdb() {

@@ -21,11 +21,11 @@ from ctxprec.collector.demo.view import (
     ServiceRow,
     Snapshot,
     Tally,
-    describe_clear,
     rate_text,
     render,
 )
 from ctxprec.scorer.batch import flag_type
+from ctxprec.scorer.drift import Drift, DriftEnd
 from ctxprec.scorer.values import parse_non_negative, parse_positive, parse_rate
 
 log = logging.getLogger("ctxprec.demo")
@@ -153,12 +153,8 @@ class Story:
     started: float
     events: list[str] = field(default_factory=list)
     drifts: list[tuple[str, float]] = field(default_factory=list)  # (service, seconds) of each alarm
-    adapted: list[tuple[str, float, float]] = field(default_factory=list)  # (service, seconds, baseline)
+    ended: list[tuple[str, float, DriftEnd]] = field(default_factory=list)  # (service, seconds, how)
     raised: dict[str, tuple[float, float]] = field(default_factory=dict)  # service -> (peak rate, seconds)
-    # The detector's baseline before the drift: taken when the rate rose (the baseline keeps
-    # moving towards the new level while the drift is being confirmed), else when the alarm rose.
-    before_drift: dict[str, float] = field(default_factory=dict)
-    baseline_at_alarm: dict[str, float] = field(default_factory=dict)
     adapted_now: set[str] = field(default_factory=set)
 
     def now(self) -> float:
@@ -180,9 +176,6 @@ def _watch_rates(pipeline: Any, story: Story, base: float) -> None:
     def changed(service: str, rate: float) -> None:
         if rate > base:
             raising.add(service)
-            detector = pipeline.drift.detectors.get(service)
-            if detector is not None and detector.warmed_up:
-                story.before_drift[service] = detector.baseline
             peak = story.raised.get(service, (0.0, story.now()))
             story.raised[service] = (max(peak[0], rate), peak[1])
             story.add(f"{service}: sample rate {rate_text(base)} -> {rate_text(rate)} (drift suspected: "
@@ -190,8 +183,6 @@ def _watch_rates(pipeline: Any, story: Story, base: float) -> None:
         elif service in raising:  # not each service's first publication of its base rate
             raising.discard(service)
             confirmed = sampler.phase(service) is Phase.HOLD
-            if not confirmed:
-                story.before_drift.pop(service, None)
             why = "drift confirmed" if confirmed else "nothing confirmed"
             story.add(f"{service}: sample rate back to {rate_text(rate)} ({why})")
 
@@ -226,7 +217,7 @@ def _snapshot(app: SyntheticRagApp, pipeline: Any, tally: Tally, story: Story, d
             failed=t.failed if t else 0, window=tally.window_mean(service, now),
             recent=detector.recent if detector and detector.count else None,
             baseline=detector.baseline if detector and detector.warmed_up else None,
-            drift=bool(detector and detector.alarmed), rate=pipeline.sampler.rate(service),
+            drift=detector.drift if detector else None, rate=pipeline.sampler.rate(service),
             base_rate=pipeline.config.sampling.default_rate, adapted=service in story.adapted_now))
     return Snapshot(elapsed=now - story.started, duration=duration, metrics_url=pipeline.metrics_url or "(off)",
                     degrade_service=app.config.degrade_service, degrade_after=app.config.degrade_after,
@@ -234,31 +225,74 @@ def _snapshot(app: SyntheticRagApp, pipeline: Any, tally: Tally, story: Story, d
                     events=story.events, diagnostics=_diagnostics(pipeline), show_diagnostics=show_diagnostics)
 
 
-def _follow_drift(snap: Snapshot, story: Story, alarmed: dict[str, bool]) -> None:
+def _follow_drift(pipeline: Any, snap: Snapshot, story: Story, alarmed: dict[str, bool]) -> None:
+    """Each alarm as it rises and ends, in the words the sidecar logs them in (the log lines
+    themselves are kept out of the view: these are the same lines, with the view's time)."""
     for row in snap.rows:
-        if row.drift == alarmed.get(row.service, False):
+        drifting = row.drift is not None
+        if drifting == alarmed.get(row.service, False):
             continue
-        alarmed[row.service] = row.drift
-        if row.drift:
+        alarmed[row.service] = drifting
+        detector = pipeline.drift.detectors.get(row.service)
+        if drifting:
             story.drifts.append((row.service, snap.elapsed))
             story.adapted_now.discard(row.service)
-            story.baseline_at_alarm[row.service] = story.before_drift.pop(
-                row.service, row.baseline if row.baseline is not None else 0.0)
-            story.add(f"DRIFT detected for {row.service}: recent precision {row.recent:.2f} vs baseline "
-                      f"{row.baseline:.2f}", snap.elapsed)
+            explanation = pipeline.diagnostics.explainer.at_alarm(row.service) if pipeline.diagnostics else None
+            words = explanation.message() if explanation is not None else row.drift.words(row.service)
+            story.add(f"DRIFT: {words}", snap.elapsed)
             continue
-        cleared = describe_clear(row.service, story.baseline_at_alarm.get(row.service, row.baseline or 0.0),
-                                 row.recent or 0.0, row.baseline or 0.0)
-        if cleared.adapted:
+        ended = detector.ended if detector is not None else None
+        if ended is None:
+            continue
+        if ended.adapted:
             story.adapted_now.add(row.service)
-            story.adapted.append((row.service, snap.elapsed, row.baseline or 0.0))
-        story.add(cleared.text, snap.elapsed)
+        story.ended.append((row.service, snap.elapsed, ended))
+        story.add(ended.words(row.service), snap.elapsed)
+
+
+class _ToTheStory(logging.Handler):
+    """The sidecar's warnings as event lines of the view (with its time), not as bare lines on
+    stderr in the middle of it. The drift lines are left out: the view tells each drift itself,
+    in the same words."""
+
+    TOLD_BY_THE_VIEW = ("ctxprec.diagnostics.drift", "ctxprec.drift")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.story: Story | None = None
+        self._early: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(self.TOLD_BY_THE_VIEW):
+            return
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        if self.story is None:
+            self._early.append(text)
+        else:
+            self.story.add(text)
+
+    def attach(self, story: Story) -> None:
+        self.story = story
+        for text in self._early:
+            story.add(text)
+        self._early.clear()
 
 
 async def _main(args: argparse.Namespace, out: TextIO) -> int:
     tty = out.isatty()
     duration = args.duration or None  # 0: until Ctrl-C
     tally = Tally()
+    to_the_story = _ToTheStory()
+    root = logging.getLogger()
+    root.addHandler(to_the_story)
+    try:
+        return await _run_demo(args, out, tty, duration, tally, to_the_story)
+    finally:
+        root.removeHandler(to_the_story)
+
+
+async def _run_demo(args: argparse.Namespace, out: TextIO, tty: bool, duration: float | None, tally: Tally,
+                    to_the_story: _ToTheStory) -> int:
     pipeline, serve_task, serve_stop = await _start_sidecar(args.metrics, args.sample_rate, tally)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -282,6 +316,7 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
           f"{app.config.degrade_service}'s retriever degrades after {args.degrade_after:g}s; {ends}",
           file=out, flush=True)
     story = Story(tty=tty, out=out, started=time.monotonic())
+    to_the_story.attach(story)
     _watch_rates(pipeline, story, args.sample_rate)
     app_task = asyncio.create_task(app.run(stop))
     alarmed: dict[str, bool] = {}
@@ -301,7 +336,7 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
                 degraded_noted = True
                 story.add(f"{snap.degrade_service}: retriever degraded (relevant documents pushed down or "
                           "replaced)", snap.degraded_at)
-            _follow_drift(snap, story, alarmed)
+            _follow_drift(pipeline, snap, story, alarmed)
             print(render(snap, tty=tty), file=out, flush=True)
     finally:
         stop.set()
@@ -310,13 +345,16 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
         # Let the last traces reach their quiet period and be scored before stopping.
         await asyncio.sleep(0.5)
         diagnostics = _diagnostics(pipeline)
+        drifting = {service: detector.drift for service, detector in pipeline.drift.detectors.items()
+                    if detector.drift is not None}
         serve_stop.set()
         await asyncio.gather(serve_task, return_exceptions=True)
-    print(_summary(app, tally, story, diagnostics, args.sample_rate), file=out, flush=True)
+    print(_summary(app, tally, story, diagnostics, args.sample_rate, drifting), file=out, flush=True)
     return 0
 
 
-def _summary(app: SyntheticRagApp, tally: Tally, story: Story, diagnostics: list[str], base_rate: float) -> str:
+def _summary(app: SyntheticRagApp, tally: Tally, story: Story, diagnostics: list[str], base_rate: float,
+             drifting: dict[str, Drift]) -> str:
     lines = ["", f"summary after {story.now():.0f}s (precision as scored by the sidecar's local judge):"]
     for service in app.config.services:
         before, after = tally.phase_mean(service, False), tally.phase_mean(service, True)
@@ -332,7 +370,9 @@ def _summary(app: SyntheticRagApp, tally: Tally, story: Story, diagnostics: list
         rates.append(f"{', '.join(steady)} stayed at {rate_text(base_rate)}")
     lines.append("  sample rate: " + "; ".join(rates))
     lines.append("  drift alarms: " + ("; ".join(f"{service} at {at:.1f}s" for service, at in story.drifts) or "none"))
-    for service, at, baseline in story.adapted:
-        lines.append(f"  {service}: baseline adapted to {baseline:.2f} at {at:.1f}s (a new normal, not a recovery)")
+    for service, at, ended in story.ended:
+        lines.append(f"  {ended.drift.words(service)}; at {at:.1f}s {ended.outcome()}")
+    for service, drift in drifting.items():
+        lines.append(f"  still alarmed at the end: {drift.words(service)}")
     lines += [f"  {line}" for line in diagnostics]
     return "\n".join(lines)

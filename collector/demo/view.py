@@ -8,6 +8,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from ctxprec.collector.model import Decision, Outcome
+from ctxprec.scorer.drift import Drift
 
 WINDOW_S = 5.0
 
@@ -61,9 +62,9 @@ class ServiceRow:
     scored: int
     failed: int
     window: float | None  # mean precision over the last WINDOW_S seconds
-    recent: float | None  # drift detector's recent mean
-    baseline: float | None  # drift detector's baseline (None while warming up)
-    drift: bool
+    recent: float | None  # drift detector's recent level (the mean since the drift while alarmed)
+    baseline: float | None  # drift detector's baseline (None while warming up; before the drift while alarmed)
+    drift: Drift | None  # while the detector is alarmed: before, after and the change, as printed everywhere
     rate: float | None = None  # sample rate in force (raised while a drift is suspected)
     base_rate: float | None = None  # the configured rate
     adapted: bool = False  # the detector's baseline moved to a new level after a drift
@@ -73,26 +74,6 @@ def rate_text(rate: float | None) -> str:
     if rate is None:
         return "--"
     return f"{rate:.0%}" if rate >= 0.01 else f"{rate:.1%}"
-
-
-@dataclass(frozen=True, slots=True)
-class ClearedDrift:
-    """What a drift alarm clearing means: a recovery, or the baseline following a lasting change."""
-
-    adapted: bool
-    text: str
-
-
-def describe_clear(service: str, before: float, now: float, baseline: float) -> ClearedDrift:
-    """The detector's alarm cleared for `service`. `before` is its baseline when the alarm rose,
-    `now` the recent mean and `baseline` the baseline now. The alarm also clears when the slowly
-    moving baseline has caught up with a lasting new level: precision then has not come back, and
-    saying "cleared" would read as a recovery."""
-    if abs(now - before) > abs(now - baseline) and abs(now - before) >= 0.05:
-        return ClearedDrift(True, f"{service}: baseline adapted to {baseline:.2f} (precision still {now:.2f}, "
-                                  f"was {before:.2f} before the drift): a new normal, not a recovery")
-    return ClearedDrift(False, f"drift cleared for {service}: precision back to {now:.2f} "
-                               f"(baseline {baseline:.2f})")
 
 
 @dataclass(slots=True)
@@ -154,8 +135,9 @@ def render(snap: Snapshot, *, tty: bool) -> str:
 
 
 def _state(row: ServiceRow, *, color: bool) -> str:
-    if row.drift:
-        return "\x1b[1;31mDRIFT\x1b[0m" if color else "DRIFT"
+    if row.drift is not None:
+        change = f"({row.drift.direction} {abs(row.drift.change):.2f})"
+        return f"\x1b[1;31mDRIFT\x1b[0m {change}" if color else f"DRIFT {change}"
     if row.adapted:  # not "stable": precision did not come back, the baseline moved to it
         return "\x1b[33madapted\x1b[0m" if color else "adapted"
     return "\x1b[32mstable\x1b[0m" if color else "no"

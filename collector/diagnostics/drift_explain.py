@@ -24,7 +24,13 @@ more of the change:
   scores can land in one tier by chance);
 - mix (traffic moved): only if at least 10% of the traffic moved between values.
 
-A service with one retriever names it."""
+A service with one retriever names it.
+
+The head of the explanation, the levels before and after and the change, is the drift detector's
+(scorer/drift.py): the baseline frozen at the level before the drift, the recent level, the change
+between the two as printed, so that the log line, `/diagnostics/drift`, the metrics and the demo
+say the same. The shares split the change of the slices' own decayed means (`decomposed`), which
+follow the detector's levels closely but are not the same numbers."""
 from __future__ import annotations
 
 import logging
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ctxprec.collector.diagnostics.slices import ServiceSnapshot, SliceStats, SliceTracker
+from ctxprec.scorer.drift import Drift, DriftDetector, no_drift_words
 
 log = logging.getLogger("ctxprec.diagnostics.drift")
 
@@ -88,46 +95,87 @@ class Dimension:
 
 
 @dataclass(frozen=True, slots=True)
+class Levels:
+    """The drift detector's view of a service when the explanation was made."""
+
+    alarmed: bool
+    baseline: float | None  # None while the detector warms up
+    recent: float
+
+    @classmethod
+    def of(cls, detector: DriftDetector) -> "Levels":
+        return cls(detector.alarmed, detector.baseline if detector.warmed_up else None, detector.recent)
+
+    @property
+    def drift(self) -> Drift | None:
+        return Drift(self.baseline, self.recent) if self.alarmed and self.baseline is not None else None
+
+
+@dataclass(frozen=True, slots=True)
 class DriftExplanation:
     service: str
     at: float  # unix seconds
     scores: int  # scores of the service seen so far
-    baseline_mean: float
+    baseline_mean: float  # the slices' own decayed means, whose change the shares split
     recent_mean: float
-    change: float  # recent - baseline
+    change: float  # recent - baseline, of the slices' means
     retriever: Dimension
     attributes: list[Dimension] = field(default_factory=list)
+    levels: Levels | None = None  # the drift detector's, when it was asked
 
     @property
-    def direction(self) -> str:
-        return "drop" if self.change < 0 else "rise"
+    def drift(self) -> Drift | None:
+        return self.levels.drift if self.levels is not None else None
+
+    @property
+    def direction(self) -> str | None:
+        """`drop` or `rise` while there is a drift; None otherwise."""
+        if self.levels is None:
+            return "drop" if self.change < 0 else "rise"
+        drift = self.drift
+        return drift.direction if drift is not None else None
 
     def message(self) -> str:
-        """One log line."""
-        head = (f"precision drift in service {self.service!r}: mean {self.baseline_mean:.2f} -> "
-                f"{self.recent_mean:.2f} ({self.direction} {abs(self.change):.2f})")
+        """One log line: the drift as the detector sees it, then the slices behind it."""
+        drift = self.drift
+        if self.levels is not None and drift is None:
+            return no_drift_words(self.service, self.levels.baseline, self.levels.recent)
+        if drift is not None:
+            head = drift.words(self.service)
+        else:
+            head = f"service {self.service!r}: mean {self.baseline_mean:.2f} -> {self.recent_mean:.2f}"
         if abs(self.change) < NO_CHANGE:
             return head + "; recent and baseline means do not differ yet"
         parts = [_describe(self.retriever)] + [_describe(d) for d in self.attributes]
         return head + "; " + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
+        levels, drift = self.levels, self.drift
+        before = levels.baseline if levels is not None else self.baseline_mean
+        after = levels.recent if levels is not None else self.recent_mean
         return {
             "service": self.service,
             "at": round(self.at, 3),
             "scores": self.scores,
+            "alarmed": levels.alarmed if levels is not None else None,
             "direction": self.direction,
-            "baseline_mean": _r(self.baseline_mean),
-            "recent_mean": _r(self.recent_mean),
-            "change": _r(self.change),
+            # The detector's levels unrounded, so that rounding them to two decimals, as every
+            # place prints them, gives `change`.
+            "baseline_mean": before,
+            "recent_mean": after,
+            "change": drift.change if drift is not None else (None if before is None else _r(after - before)),
+            "decomposed": {"baseline_mean": _r(self.baseline_mean), "recent_mean": _r(self.recent_mean),
+                           "change": _r(self.change)},
             "retriever": self.retriever.to_dict(),
             "attributes": [d.to_dict() for d in self.attributes],
             "message": self.message(),
         }
 
 
-def explain(snapshot: ServiceSnapshot, *, at: float | None = None) -> DriftExplanation | None:
-    """The decomposition of a service's change; None before it has recent and baseline scores."""
+def explain(snapshot: ServiceSnapshot, *, at: float | None = None,
+            detector: DriftDetector | None = None) -> DriftExplanation | None:
+    """The decomposition of a service's change, headed by its drift detector's levels when given;
+    None before it has recent and baseline scores."""
     total = snapshot.total
     if total.base_n <= 0 or total.recent_n <= 0:
         return None
@@ -137,7 +185,8 @@ def explain(snapshot: ServiceSnapshot, *, at: float | None = None) -> DriftExpla
     retriever = _dimension("retriever", snapshot.retrievers, change, single_is_named=True)
     attributes = [_dimension(key, slices, change) for key, slices in snapshot.attributes.items()]
     return DriftExplanation(snapshot.service, time.time() if at is None else at, snapshot.scores, baseline_mean,
-                            recent_mean, change, retriever, attributes)
+                            recent_mean, change, retriever, attributes,
+                            Levels.of(detector) if detector is not None else None)
 
 
 def _dimension(name: str, slices: list[SliceStats], change: float, *, single_is_named: bool = False) -> Dimension:
@@ -249,10 +298,14 @@ class DriftExplainer:
     explanation per service is kept (services are capped), replaced at the next alarm."""
 
     def __init__(self, slices: SliceTracker, *, logger: logging.Logger | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 detector: Callable[[str], DriftDetector | None] | None = None) -> None:
+        """`detector(service)` is the service's drift detector, whose levels head every
+        explanation."""
         self.slices = slices
         self._log = logger or log
         self._clock = clock
+        self._detector = detector or (lambda service: None)
         self._at_alarm: dict[str, DriftExplanation] = {}
 
     def __call__(self, service: str) -> None:
@@ -260,7 +313,10 @@ class DriftExplainer:
         try:
             explanation = self.current(service)
             if explanation is None:
-                self._log.warning("precision drift in service %r: no slice statistics yet", service)
+                detector = self._detector(service)
+                drift = detector.drift if detector is not None else None
+                head = drift.words(service) if drift is not None else f"precision drift in service {service!r}"
+                self._log.warning("%s; no slice statistics yet", head)
                 return
             self._at_alarm[service] = explanation
             self._log.warning("%s", explanation.message())
@@ -270,7 +326,7 @@ class DriftExplainer:
     def current(self, service: str) -> DriftExplanation | None:
         """The decomposition as of now (whether or not the service is alarmed)."""
         snapshot = self.slices.snapshot(service)
-        return None if snapshot is None else explain(snapshot, at=self._clock())
+        return None if snapshot is None else explain(snapshot, at=self._clock(), detector=self._detector(service))
 
     def at_alarm(self, service: str) -> DriftExplanation | None:
         return self._at_alarm.get(service)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from ctxprec.collector.diagnostics.heavy_hitters import SpaceSaving
-from ctxprec.scorer.documents import is_text_hash
+from ctxprec.scorer.documents import cut_words, is_text_hash
 
 DEFAULT_SLOTS = 1000
 DEFAULT_PREVIEW_CHARS = 80
@@ -160,14 +160,3 @@ def _window(text: str, chars: int) -> str:
     head = text[:chars]
     space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
     return head[:space] if space > chars // 2 else head
-
-
-def cut_words(text: str, chars: int) -> str:
-    """At most `chars` characters: whole words and an ellipsis when the text is longer."""
-    if len(text) <= chars:
-        return text
-    head = text[: chars - 1]
-    space = head.rfind(" ")
-    if space > chars // 2:
-        head = head[:space]
-    return head.rstrip() + "\u2026"

@@ -9,8 +9,8 @@ from ctxprec.collector.diagnostics.slices import (
     DEFAULT_MAX_VALUES,
     DEFAULT_RECENT_HALF_LIFE,
 )
-from ctxprec.collector.diagnostics.top_k import DEFAULT_HALVE_EVERY, DEFAULT_MAX_RANK, DEFAULT_MIN_RELEVANT
-from ctxprec.scorer.top_k import DEFAULT_KEEP
+from ctxprec.collector.diagnostics.top_k import DEFAULT_HALVE_EVERY, DEFAULT_MAX_RANK
+from ctxprec.scorer.top_k import DEFAULT_KEEP, DEFAULT_MIN_RELEVANT
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from ctxprec.scorer.result import Verdict
 
 if TYPE_CHECKING:
     from ctxprec.collector.metrics.drift import DriftMonitor
+    from ctxprec.scorer.drift import DriftDetector
 
 
 class DiagnosticsSink(Stateless):
@@ -57,7 +58,7 @@ class DiagnosticsSink(Stateless):
                                  halve_every=s.top_k_halve_every)
         self.slices = SliceTracker(s.slice_attributes, max_values=s.max_slice_values,
                                    recent_half_life=s.recent_half_life, baseline_half_life=s.baseline_half_life)
-        self.explainer = DriftExplainer(self.slices, logger=logger)
+        self.explainer = DriftExplainer(self.slices, logger=logger, detector=self._detector)
 
     def emit(self, outcome: Outcome) -> None:
         """Every decision comes here; only evaluated ones carry verdicts to count."""
@@ -109,14 +110,15 @@ class DiagnosticsSink(Stateless):
     def documents_json(self, params: Mapping[str, str]) -> JsonResponse:
         return documents_view(self.noisy, params)
 
-    def drift_json(self, params: Mapping[str, str]) -> JsonResponse:
-        drift = self.drift
+    def _detector(self, service: str) -> "DriftDetector | None":
+        return self.drift.detectors.get(service) if self.drift is not None else None
 
+    def drift_json(self, params: Mapping[str, str]) -> JsonResponse:
         def alarmed(service: str) -> bool | None:
-            detector = drift.detectors.get(service) if drift is not None else None
+            detector = self._detector(service)
             return None if detector is None else detector.alarmed
 
-        return drift_view(self.explainer, params, alarmed if drift is not None else None)
+        return drift_view(self.explainer, params, alarmed if self.drift is not None else None)
 
     def top_k_json(self, params: Mapping[str, str]) -> JsonResponse:
         return top_k_view(self.top_k, params)

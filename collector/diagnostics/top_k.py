@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ctxprec.scorer.top_k import DEFAULT_KEEP, RankCounts, TopKAdvice, recommend_top_k
+from ctxprec.scorer.top_k import DEFAULT_KEEP, DEFAULT_MIN_RELEVANT, RankCounts, TopKAdvice, recommend_top_k
 
 DEFAULT_MAX_RANK = 100
-DEFAULT_MIN_RELEVANT = 30
 DEFAULT_HALVE_EVERY = 100_000
 
 

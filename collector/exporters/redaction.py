@@ -1,7 +1,7 @@
 """With `--redact-pii`, the text of every scored outcome is redacted once, here, before any
 exporter sees it: the reason and the verdicts' reasons, a failure's message, the score record's
-copies of those, and the retrieval's question, answer and contexts (which diagnostics previews
-quote). Span write-back, evaluator spans, the Kafka results topic, sinks, diagnostics and the
+copies of those and its question and document previews, and the retrieval's question, answer and
+contexts (which diagnostics previews quote). Span write-back, evaluator spans, the Kafka results topic, sinks, diagnostics and the
 log all sit downstream, so none of them can send text the judge was not allowed to see.
 
 The judge already worked on redacted text, so what it wrote should hold no personal data; this
@@ -15,12 +15,10 @@ from typing import Any, Callable
 
 from ctxprec.collector.components import ResultSink, Stateless
 from ctxprec.collector.model import Outcome, Retrieval, RetrievedContext
-from ctxprec.scorer.redact import redact
+from ctxprec.scorer.redact import redacted
 from ctxprec.scorer.result import ScoreResult
 
-
-def redact_text(text: str) -> str:
-    return redact(text)[0]
+redact_text = redacted  # the redaction every text written out goes through
 
 
 class RedactingSink(Stateless):
@@ -59,13 +57,16 @@ class RedactingSink(Stateless):
     def _record(self, record: dict[str, Any]) -> dict[str, Any]:
         r = self._redact
         copy = dict(record)
-        if isinstance(copy.get("reason"), str):
-            copy["reason"] = r(copy["reason"])
+        for key in ("reason", "query"):
+            if isinstance(copy.get(key), str):
+                copy[key] = r(copy[key])
         if isinstance(copy.get("verdicts"), list):
-            copy["verdicts"] = [
-                {**v, "reason": r(v["reason"])} if isinstance(v, dict) and isinstance(v.get("reason"), str) else v
-                for v in copy["verdicts"]]
+            copy["verdicts"] = [self._verdict(v) if isinstance(v, dict) else v for v in copy["verdicts"]]
         error = copy.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             copy["error"] = {**error, "message": r(error["message"])}
         return copy
+
+    def _verdict(self, verdict: dict[str, Any]) -> dict[str, Any]:
+        return {**verdict, **{key: self._redact(verdict[key]) for key in ("reason", "preview")
+                              if isinstance(verdict.get(key), str)}}

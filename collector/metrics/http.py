@@ -101,14 +101,24 @@ class MetricsServer:
         self.metrics_open = metrics_open
         self.checks: list[NamedCheck] = []
         self.json_routes: dict[str, JsonHandler] = {}
+        self.about: dict[str, str] = {}  # path -> what it answers, for the /diagnostics/ index
         self._runner: web.AppRunner | None = None
 
     def add_check(self, name: str, check: ReadyCheck) -> None:
         self.checks.append(NamedCheck(name, check))
 
-    def add_json_route(self, path: str, handler: JsonHandler) -> None:
-        """GET `path` answers `handler(query parameters)` as JSON (the diagnostics). Before `start`."""
+    def add_json_route(self, path: str, handler: JsonHandler, about: str = "") -> None:
+        """GET `path` answers `handler(query parameters)` as JSON (the diagnostics). Before `start`.
+        `about` says what it answers in the `/diagnostics/` index."""
         self.json_routes[path] = handler
+        self.about[path] = about
+
+    async def _diagnostics_index(self, request: web.Request) -> web.Response:
+        """`/diagnostics/`: every diagnostics endpoint with what it answers (behind the same access
+        rule as the endpoints themselves)."""
+        endpoints = [{"path": path, "about": self.about.get(path, "")} for path in sorted(self.json_routes)
+                     if path.startswith(DIAGNOSTICS + "/")]
+        return web.json_response({"endpoints": endpoints})
 
     @property
     def url(self) -> str:
@@ -140,6 +150,9 @@ class MetricsServer:
         app.router.add_get("/readyz", self._readyz)
         for path, handler in self.json_routes.items():
             app.router.add_get(path, _json_route(handler))
+        if any(path.startswith(DIAGNOSTICS + "/") for path in self.json_routes):
+            for path in (DIAGNOSTICS, DIAGNOSTICS + "/"):
+                app.router.add_get(path, self._diagnostics_index)
         self._runner = web.AppRunner(app, access_log=None, **self.guard.runner_options())
         await self._runner.setup()
         self.port = await self.guard.serve(self._runner, self.host, self.port, self.security.server_ssl_context())

@@ -11,7 +11,11 @@ from typing import Iterable
 
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.version import VERSION
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# No `_created` series beside every counter and histogram: a second series per child that no
+# rule or panel reads, doubling what a scrape carries. prometheus-client's own switch, process-wide.
+disable_created_metrics()
 
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -103,8 +107,12 @@ class Metrics:
             "ctxprec_score_delay_seconds", "Time from retrieval end to score ready.", buckets=DELAY_BUCKETS, registry=r)
         self.queue_depth = Gauge("ctxprec_queue_depth", "Retrievals waiting for a scoring worker.", registry=r)
         self.traces_buffered = Gauge("ctxprec_traces_buffered", "Sampled traces being assembled.", registry=r)
-        self.precision_baseline = Gauge("ctxprec_precision_baseline", "Drift detector's slow baseline.", ["service"], registry=r)
-        self.precision_recent = Gauge("ctxprec_precision_recent", "Drift detector's recent mean.", ["service"], registry=r)
+        self.precision_baseline = Gauge(
+            "ctxprec_precision_baseline", "Drift detector's slow baseline; while alarmed, the level before the drift.",
+            ["service"], registry=r)
+        self.precision_recent = Gauge(
+            "ctxprec_precision_recent", "Drift detector's recent mean; while alarmed, the mean since the drift began.",
+            ["service"], registry=r)
         self.precision_drift = Gauge("ctxprec_precision_drift", "1 while the drift detector is alarmed.", ["service"], registry=r)
         # Set by the diagnostics (collector/diagnostics/sink.py); NaN until enough relevant contexts were seen.
         self.recommended_k = Gauge(

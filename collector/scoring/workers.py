@@ -15,15 +15,14 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from ctxprec.collector.components import Deadline, ResultSink, ScoreCosts, cancelled
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import SHUTDOWN, Decision, Outcome, Retrieval
 from ctxprec.collector.scoring.identity import ScorerIdentity
-from ctxprec.scorer import documents
 from ctxprec.scorer.judge.chat import JudgeError
-from ctxprec.scorer.records import failure_record, record_id, rfc3339, score_record
+from ctxprec.scorer.records import document_names, failure_record, record_id, record_text, rfc3339, score_record
 from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 log = logging.getLogger(__name__)
@@ -39,9 +38,16 @@ class ScoringWorkers:
         workers: int = 8,
         metrics: Metrics | None = None,
         costs: ScoreCosts | None = None,
+        record_text_chars: int = 0,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
-        """`costs` is told what each score cost (the gate's daily budget), when there is one."""
+        """`costs` is told what each score cost (the gate's daily budget), when there is one.
+        `record_text_chars` is how much of the question and of unnamed documents' text records
+        keep, after `redact` (set with --redact-pii: redacted before it is cut, so that an address
+        cut in two is still found)."""
         self.engine = engine
+        self.record_text_chars = record_text_chars
+        self._redact = redact
         self.downstream = downstream
         self.identity = identity
         self.queue_size = queue_size
@@ -101,17 +107,22 @@ class ScoringWorkers:
         else:
             self._succeed(r, result)
 
+    def _text(self, text: str | None) -> str | None:
+        return record_text(text, self.record_text_chars, self._redact)
+
     def _rid(self, r: Retrieval) -> str:
         return record_id(r.trace_id, r.span_id, str(self.engine.fingerprint))
 
     def _succeed(self, r: Retrieval, result: ScoreResult) -> None:
         now = time.time()
+        names, previews = document_names(r.contexts, self.record_text_chars, self._redact)
         record = score_record(
             result, record_id=self._rid(r), trace_id=r.trace_id, span_id=r.span_id, service=r.service,
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
-            document_ids=[documents.identity(c) for c in r.contexts], documents_resolved=r.documents_resolved)
+            document_ids=names, previews=previews, query=self._text(r.query),
+            documents_resolved=r.documents_resolved)
         if self.costs is not None:
             self.costs.settled(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
@@ -125,7 +136,7 @@ class ScoringWorkers:
             span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             usage=usage, sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r), query=self._text(r.query),
             documents_resolved=r.documents_resolved)
         if self.costs is not None:
             self.costs.settled(usage.cost_usd if usage is not None else 0.0)
@@ -136,12 +147,14 @@ class ScoringWorkers:
         running: every retrieval taken in gets its decision, those cut short `failed` with error
         type `shutdown` (their input stays unacknowledged, so a Kafka message is read again)."""
         self._closing = True
-        if self._tasks:
+        # Nothing taken in (a start that failed early, with a deadline of 0): nothing to wait for.
+        if self._tasks and (self.in_flight or not self._queue.empty()):
             try:
                 await asyncio.wait_for(self._queue.join(), timeout=deadline.left())
             except asyncio.TimeoutError:
                 log.warning("shutdown deadline reached with %d queued and %d in flight; deciding them failed",
                             self._queue.qsize(), self.in_flight)
+        if self._tasks:
             await cancelled(*self._tasks)
             self._tasks = []
         while not self._queue.empty():

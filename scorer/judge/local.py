@@ -18,6 +18,9 @@ one relevant sentence is found and words scattered over a page are not added up)
    another of the query's figures), when it is another row of the same table, or when it denies
    what the answer affirms.
 
+A sample in Chinese, Japanese or Korean needs that language's analyser, the `cjk` extra: without
+it the sample fails (`language_not_installed`, saying so) rather than being guessed at.
+
 A context in a language the judge has no word rules for, or in another language than the
 answer, is judged by a language-independent fallback (figures, names, character n-grams); its
 reason says so, and `RequestEvent.local_fallbacks` carries one reason per such context, so the
@@ -33,12 +36,14 @@ import unicodedata
 from typing import Sequence
 
 from ctxprec.scorer.judge.base import JudgeOutcome, truncate
-from ctxprec.scorer.judge.chat import RequestEvent, RequestObserver
+from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.judge.local_decide import DEFAULT_RULES, Finding, Rules, decide, query_share
 from ctxprec.scorer.judge.local_lang import Language, identify, identify_context
 from ctxprec.scorer.judge.local_text import (
     _LEADING_ANSWER,
+    CJK_EXTRA,
     Terms,
+    analyser_installed,
     fallback_terms,
     sentences,
     terms,
@@ -55,6 +60,8 @@ LOCAL_MODEL = "local"
 LOCAL_OUTCOMES = ("ok", "error")
 # Why a context was judged by the language-independent fallback (the metric's `reason` label).
 FALLBACK_REASONS = ("unsupported_language", "language_mismatch")
+# The error type of a sample in a language whose analyser is not installed (the `cjk` extra).
+LANGUAGE_NOT_INSTALLED = "language_not_installed"
 # A context longer than this many sentences is judged a pair of sentences at a time.
 _WINDOW_OVER = 3
 _COMPOUNDING = frozenset({"de", "nl", "zh", "ja", "ko"})
@@ -111,6 +118,10 @@ class LocalJudge:
         texts, query, reference = [_clean(t) for t in texts], _clean(query), _clean(reference)
         answer = _LEADING_ANSWER.sub("", unicodedata.normalize("NFKC", reference)) if reference_kind != "query" else ""
         sample = identify(f"{query}\n{answer}" if answer.strip() else "\n".join((query, *texts)))
+        if not analyser_installed(sample.code):
+            raise JudgeError(
+                f"the local judge cannot judge {sample.name}: its analyser is not installed (install the cjk "
+                f"extra: pip install '{CJK_EXTRA}'), or use an LLM judge", kind=LANGUAGE_NOT_INSTALLED)
         native = _Sample(query, answer, sample)
         results: list[tuple[bool, str, str, Finding | None]] = []
         for text in texts:

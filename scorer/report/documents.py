@@ -12,14 +12,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ctxprec.scorer.top_k import RankCounts, TopKAdvice, recommend_top_k
+from ctxprec.scorer.top_k import DEFAULT_KEEP, DEFAULT_MIN_RELEVANT, RankCounts, TopKAdvice, recommend_top_k
 
 NOISY_SHOWN = 20
 NEVER_RELEVANT_SHOWN = 20
 # A document retrieved once and judged irrelevant once says little; "never relevant" lists the
 # ones that had several chances.
 NEVER_RELEVANT_MIN_RETRIEVED = 2
-TOP_K_MIN_RELEVANT = 10
 
 
 @dataclass
@@ -28,6 +27,7 @@ class DocumentRow:
     retrieved: int
     relevant: int
     rank_sum: int
+    preview: str | None = None  # the first words of a document named by a hash, from its verdicts
 
     @property
     def irrelevant(self) -> int:
@@ -80,6 +80,9 @@ def document_figures(scored: Sequence[dict[str, Any]]) -> DocumentFigures:
                 row = rows[document] = DocumentRow(document, 0, 0, 0)
             row.retrieved += 1
             row.rank_sum += verdict["index"] + 1
+            preview = verdict.get("preview")
+            if row.preview is None and isinstance(preview, str) and preview:
+                row.preview = preview
             if verdict["relevant"]:
                 row.relevant += 1
     figures.distinct = len(rows)
@@ -127,7 +130,7 @@ class _Counts:
 
     def advice(self) -> TopKAdvice:
         ranks = [RankCounts(rank, self.judged[rank], self.relevant.get(rank, 0)) for rank in sorted(self.judged)]
-        return recommend_top_k(ranks, requests=self.requests, min_relevant=TOP_K_MIN_RELEVANT)
+        return recommend_top_k(ranks, requests=self.requests, keep=DEFAULT_KEEP, min_relevant=DEFAULT_MIN_RELEVANT)
 
 
 def _text(value: Any) -> str:

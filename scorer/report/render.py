@@ -14,10 +14,12 @@ from ctxprec.scorer.report.render_documents import (
     noisy_documents_section,
     top_k_section,
 )
-from ctxprec.scorer.report.stats import HISTOGRAM_BINS, TOP_K_HINT_RATE, ReportData
+from ctxprec.scorer.report.stats import HISTOGRAM_BINS, ReportData
 from ctxprec.scorer.report.svg import Bar, Point, bar_chart, line_chart
+from ctxprec.scorer.top_k import RULE
 
 REASON_CHARS = 600  # reasons are cut in the table of lowest scores; the record keeps the rest
+QUESTION_CHARS = 200  # questions are cut in the tables; the record keeps up to --record-text-chars
 
 
 def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
@@ -38,6 +40,7 @@ def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
             _rank_relevance(data),
             top_k_section(data.top_k),
             _services(data),
+            _drifts(data),
             noisy_documents_section(data.documents),
             never_relevant_section(data.documents),
             _lowest(data),
@@ -126,11 +129,14 @@ def _rank_relevance(data: ReportData) -> str:
     ]
     chart = bar_chart("Relevance rate by rank", bars, x_label="rank of the context (1 = first retrieved)", y_max=1.0, percent=True)
     hint = ""
-    if data.top_k_hint is not None:
+    advice = data.top_k.overall
+    if advice is not None and advice.recommended_k is not None and advice.recommended_k < advice.max_rank:
+        # The one top-k rule (scorer/top_k.py), with the figure "The right top-k" gives.
+        k = advice.recommended_k
         hint = (
-            f'<p class="hint" id="top-k-hint">Contexts ranked after {data.top_k_hint} are judged relevant less than '
-            f"{TOP_K_HINT_RATE:.0%} of the time: a top-k of {data.top_k_hint} would keep almost every relevant "
-            "context while sending fewer tokens to the LLM.</p>"
+            f'<p class="hint" id="top-k-hint" data-k="{k}">Ranks 1 to {k} hold '
+            f"{advice.curve[k - 1].kept_share:.1%} of the relevant contexts: the recommended top-k is {k} "
+            f"({RULE}; see The right top-k below).</p>"
         )
     rows = [[str(r.rank), str(r.judged), str(r.relevant), pieces.pct(r.rate)] for r in data.ranks]
     table = pieces.table([("rank", True), ("judged", True), ("relevant", True), ("relevance rate", True)], rows)
@@ -168,17 +174,50 @@ def _lowest(data: ReportData) -> str:
             [
                 pieces.num(record.get("score"), 2),
                 escape(str(record.get("service") or "")),
-                _ids(record),
+                _question(record),
+                _where(record),
                 str(record.get("k", "")),
                 str(record.get("first_relevant_rank") or "none"),
                 escape(_cut(str(record.get("reason") or ""))),
             ]
         )
     table = pieces.table(
-        [("score", True), ("service", False), ("trace / span", False), ("k", True), ("first relevant", True), ("reason", False)],
+        [("score", True), ("service", False), ("question", False), ("where", False), ("k", True),
+         ("first relevant", True), ("reason", False)],
         rows,
     )
-    return pieces.section("lowest", "Lowest-scoring samples", table)
+    return pieces.section(
+        "lowest", "Lowest-scoring samples",
+        '<p class="note">Where: the line of the input file and the event\'s own id (<code>ctxprec score</code>), '
+        "or the trace and span (the sidecar).</p>" + table)
+
+
+def _drifts(data: ReportData) -> str:
+    """The drifts the sidecar's detector finds in these scores, in the words it logs them in."""
+    heading = "Drift"
+    if not data.drifts:
+        return pieces.section("drift", heading, '<p class="note">No scored samples.</p>')
+    rows = []
+    quiet = []
+    for service in data.drifts:
+        if not service.rows:
+            learning = service.scores < service.warmup
+            quiet.append(f"{escape(service.service)} ({service.scores} scores"
+                         + (f", fewer than the {service.warmup} the detector learns its baseline from)" if learning
+                            else ")"))
+            continue
+        for row in service.rows:
+            end = ("still alarmed at the last record" if row.ended is None
+                   else f"{escape(row.ended_at or '')}: {escape(row.ended.outcome())}")
+            rows.append([escape(service.service), escape(row.started), f"{row.drift.before:.2f}",
+                         f"{row.drift.after:.2f}", f"{row.drift.direction} {abs(row.drift.change):.2f}", end])
+    note = ('<p class="note">The sidecar\'s drift detector, run over each service\'s scores in the order they '
+            "happened: the level before the drift, the mean since it began, and the drop between them, as "
+            "<code>ctxprec serve</code> logs them and the alert says them.</p>")
+    none = (f'<p class="note" id="no-drift">No drift in {", ".join(quiet)}.</p>' if quiet else "")
+    table = pieces.table([("service", False), ("alarm rose at", False), ("before", True), ("after", True),
+                          ("change", True), ("ended", False)], rows) if rows else ""
+    return pieces.section("drift", heading, note + table + none)
 
 
 def _failures(data: ReportData) -> str:
@@ -191,15 +230,26 @@ def _failures(data: ReportData) -> str:
     return pieces.section("failures", "Failures", table)
 
 
-def _ids(record: dict[str, Any]) -> str:
+def _question(record: dict[str, Any]) -> str:
+    query = record.get("query")
+    return escape(_cut(query, QUESTION_CHARS)) if isinstance(query, str) and query else "&ndash;"
+
+
+def _where(record: dict[str, Any]) -> str:
+    """The line and event id of a batch record, the trace and span of the sidecar's."""
+    parts = []
+    if isinstance(record.get("line"), int):
+        parts.append(f"line {record['line']}")
+    if record.get("event_id") is not None:
+        parts.append(f"id <code>{escape(str(record['event_id']))}</code>")
     trace, span = record.get("trace_id") or "", record.get("span_id") or ""
-    if not trace and not span:
-        return "&ndash;"
-    return f"<code>{escape(str(trace))}</code><br><code>{escape(str(span))}</code>"
+    if trace or span:
+        parts.append(f"<code>{escape(str(trace))}</code> / <code>{escape(str(span))}</code>")
+    return "<br>".join(parts) or "&ndash;"
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "\u2026"
+def _cut(text: str, chars: int = REASON_CHARS) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "\u2026"
 
 
 def _when(epoch: float) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from html import escape
 
-from ctxprec.scorer.report.documents import NEVER_RELEVANT_MIN_RETRIEVED, DocumentFigures, TopKFigures
+from ctxprec.scorer.report.documents import NEVER_RELEVANT_MIN_RETRIEVED, DocumentFigures, DocumentRow, TopKFigures
 from ctxprec.scorer.report.html import num, pct, section, table
 from ctxprec.scorer.report.svg import Point, line_chart
-from ctxprec.scorer.top_k import DEFAULT_KEEP
+from ctxprec.scorer.top_k import DEFAULT_MIN_RELEVANT, RULE
 
 NO_DOCUMENTS = (
     '<p class="notice">These score records name no documents: their verdicts carry no '
@@ -52,7 +52,7 @@ def top_k_section(figures: TopKFigures) -> str:
                     ("recommended k", True), ("relevant kept", True), ("contexts saved per request", True)], rows)
     return section(
         "top-k", heading,
-        f'<p class="note">The smallest k that keeps at least {DEFAULT_KEEP:.0%} of the relevant contexts seen: '
+        f'<p class="note">The recommended top-k is {RULE} (once {DEFAULT_MIN_RELEVANT} of them were seen): '
         "if the retriever returned only its first k contexts, how many of the contexts the judge found "
         f"relevant would still reach the LLM.</p>{chart}{hint}{rendered}",
     )
@@ -64,7 +64,7 @@ def noisy_documents_section(figures: DocumentFigures) -> str:
         return section("noisy-documents", heading, NO_DOCUMENTS)
     if not figures.noisy:
         return section("noisy-documents", heading, '<p class="note">No document was judged irrelevant.</p>')
-    rows = [[f"<code>{escape(r.document)}</code>", str(r.irrelevant), str(r.retrieved), str(r.relevant),
+    rows = [[_document(r), str(r.irrelevant), str(r.retrieved), str(r.relevant),
              pct(r.irrelevant_rate), num(r.mean_rank, 1)] for r in figures.noisy]
     rendered = table([("document", False), ("judged irrelevant", True), ("retrieved", True), ("relevant", True),
                     ("irrelevant rate", True), ("mean rank", True)], rows)
@@ -72,7 +72,7 @@ def noisy_documents_section(figures: DocumentFigures) -> str:
         "noisy-documents", heading,
         '<p class="note">The documents most often retrieved and judged irrelevant: candidates for removal, '
         "re-chunking or better metadata. Documents are named by their id, or by <code>sha256:</code> and a "
-        f"hash of their text when they have none.{_left_out(figures)}</p>{rendered}",
+        f"hash of their text, with its first words, when they have none.{_left_out(figures)}</p>{rendered}",
     )
 
 
@@ -86,7 +86,7 @@ def never_relevant_section(figures: DocumentFigures) -> str:
                         "judged relevant at least once.</p>")
     shown = len(figures.never_relevant)
     more = f" (the {shown} most retrieved are listed)" if figures.never_relevant_count > shown else ""
-    rows = [[f"<code>{escape(r.document)}</code>", str(r.retrieved), num(r.mean_rank, 1)] for r in figures.never_relevant]
+    rows = [[_document(r), str(r.retrieved), num(r.mean_rank, 1)] for r in figures.never_relevant]
     rendered = table([("document", False), ("retrieved", True), ("mean rank", True)], rows)
     return section(
         "never-relevant", heading,
@@ -94,6 +94,14 @@ def never_relevant_section(figures: DocumentFigures) -> str:
         f"{figures.distinct} documents were retrieved at least {NEVER_RELEVANT_MIN_RETRIEVED} times and never judged "
         f"relevant{more}.{_left_out(figures)}</p>{rendered}",
     )
+
+
+def _document(row: DocumentRow) -> str:
+    """The document's name, and beside a hash the first words of its text (from its verdicts)."""
+    name = f"<code>{escape(row.document)}</code>"
+    if row.preview:
+        name += f'<br><span class="preview">{escape(row.preview)}</span>'
+    return name
 
 
 def _left_out(figures: DocumentFigures) -> str:

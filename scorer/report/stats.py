@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from ctxprec.scorer.events import parse_rfc3339
 from ctxprec.scorer.report.documents import DocumentFigures, TopKFigures, document_figures, top_k_figures
+from ctxprec.scorer.report.drifts import ServiceDrifts, find_drifts
 
 HISTOGRAM_BINS = 10
 LOWEST_SHOWN = 10
@@ -14,8 +15,6 @@ FAILURE_EXAMPLES = 3
 # Time buckets from fine to coarse; the first giving at most MAX_TIME_BUCKETS points is used.
 BUCKET_SECONDS = (1, 10, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400)
 MAX_TIME_BUCKETS = 60
-# A rank is "rarely relevant" below this rate; used only for the top-k hint.
-TOP_K_HINT_RATE = 0.1
 
 
 @dataclass
@@ -66,12 +65,12 @@ class ReportData:
     time_bucket_s: int = 0
     time_source: str = ""  # "event timestamp" | "scored_at" | ""
     ranks: list[RankRate] = field(default_factory=list)
-    top_k_hint: int | None = None
     services: list[ServiceRow] = field(default_factory=list)
     lowest: list[dict[str, Any]] = field(default_factory=list)
     failures: list[FailureGroup] = field(default_factory=list)
     documents: DocumentFigures = field(default_factory=DocumentFigures)
     top_k: TopKFigures = field(default_factory=TopKFigures)
+    drifts: list[ServiceDrifts] = field(default_factory=list)
 
 
 def normalised(record: dict[str, Any]) -> float:
@@ -100,6 +99,7 @@ def compute(records: Sequence[dict[str, Any]]) -> ReportData:
     data.failures = _failures(failed)
     data.documents = document_figures(scored)
     data.top_k = top_k_figures(scored)
+    data.drifts = find_drifts(scored, normalised)
     return data
 
 
@@ -162,11 +162,6 @@ def _ranks(data: ReportData, scored: Sequence[dict[str, Any]]) -> None:
     if not judged:
         return
     data.ranks = [RankRate(rank, judged.get(rank, 0), relevant.get(rank, 0)) for rank in range(1, max(judged) + 1)]
-    # Hint only when relevance falls off and stays low: the last rank still at or above the
-    # threshold, provided some deeper ranks exist and are all below it.
-    above = [r.rank for r in data.ranks if r.judged and r.rate >= TOP_K_HINT_RATE]
-    if above and above[-1] < data.ranks[-1].rank:
-        data.top_k_hint = above[-1]
 
 
 def _services(records: Sequence[dict[str, Any]]) -> list[ServiceRow]:

@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from ctxprec.collector.diagnostics.heavy_hitters import SpaceSaving
-from ctxprec.collector.diagnostics.noisy_documents import NoisyDocuments, cut_words
+from ctxprec.collector.diagnostics.noisy_documents import NoisyDocuments
+from ctxprec.scorer.documents import cut_words
 from ctxprec.scorer.result import Verdict
 from tests.diagnostics.streams import NOISY, zipf_stream
 

@@ -217,7 +217,8 @@ def test_failure_record_nulls_the_score_and_says_why() -> None:
 PUBLISHED_ORDER = (
     "id", "trace_id", "span_id", "service", "retriever", "score", "scale", "reason", "verdicts",
     "precision_at_k", "hit", "first_relevant_rank", "relevant_count", "k", "reference_kind",
-    "answer_source", "judge", "sample_rate", "decision", "error", "scored_at", "timestamp",
+    "answer_source", "judge", "sample_rate", "decision", "error", "scored_at", "timestamp", "query", "line",
+    "event_id",
 )
 
 
@@ -225,6 +226,7 @@ def test_record_fields_keep_their_order_with_timestamp_after_scored_at() -> None
     assert RECORD_FIELDS == PUBLISHED_ORDER
     record = score_record(make_result(), record_id="rid")
     assert tuple(record) == PUBLISHED_ORDER and record["timestamp"] is None
+    assert record["query"] is None and record["line"] is None and record["event_id"] is None
 
 
 def test_record_id_is_a_stable_idempotency_key() -> None:

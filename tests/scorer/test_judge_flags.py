@@ -20,7 +20,7 @@ from ctxprec.scorer.config import judge_settings, setting_flag
 def _flags(command: str) -> set[str]:
     done = subprocess.run([sys.executable, "-m", "ctxprec.collector.cli", command, "--help"], capture_output=True,
                           text=True, timeout=60)
-    return set(re.findall(r"(--judge-[a-z-]+|--redact-pii)", done.stdout))
+    return set(re.findall(r"(--judge-[a-z-]+|--redact-pii|--record-text-chars)", done.stdout))
 
 
 def test_score_and_serve_take_the_same_judge_flags() -> None:

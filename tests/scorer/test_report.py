@@ -190,7 +190,10 @@ def test_report_sections_show_the_input(tmp_path: Path, capsys: pytest.CaptureFi
     for rank, (_, value) in enumerate(rank_bars):
         assert value == pytest.approx(sum(p[rank] for p in patterns) / len(patterns), abs=1e-4)
     assert page.sections["rank-relevance"]["hint"], "relevance falls off after rank 3: a top-k hint is shown"
-    assert "top-k of 3" in page.text("rank-relevance")
+    # One top-k rule: the rank section gives the recommendation "The right top-k" gives, in its words.
+    assert "the recommended top-k is 3 (the smallest k that keeps at least 95% of the relevant contexts" in \
+        page.text("rank-relevance")
+    assert "Recommended top-k: 3" in page.text("top-k")
 
     # Score over time: the 60 minutes of scored_at fall in buckets whose means are the input's.
     points = page.sections["over-time"]["points"]
@@ -218,7 +221,7 @@ def test_report_sections_show_the_input(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(lowest) == 10
     shown = [float(row[0]) for row in lowest]
     assert shown == sorted(r["score"] for r in ok)[:10]
-    assert all(row[5].startswith("The score is") for row in lowest)
+    assert all(row[6].startswith("The score is") for row in lowest)
 
     # Failures grouped by type, with an example message.
     failures = {row[0]: row for row in page.sections["failures"]["rows"]}

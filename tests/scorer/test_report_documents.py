@@ -69,7 +69,9 @@ def test_noisy_never_relevant_and_top_k_sections_show_the_input(tmp_path: Path, 
     assert "Recommended top-k: 3" in text and "3.00 fewer contexts per request" in text
     pairs = page.sections["top-k"]["rows"]
     assert [row[:2] for row in pairs] == [["support", "dense"], ["support", "sparse"]]
-    assert all(row[4] == "3" for row in pairs)
+    # One rule everywhere, its minimum of evidence included: each retriever saw 17 or 18 relevant
+    # contexts, under the 30 the sidecar's ctxprec_recommended_k also waits for.
+    assert all(row[4] == "\u2013" for row in pairs)
 
 
 def test_records_without_documents_fall_back_gracefully(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

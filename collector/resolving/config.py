@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 from urllib.parse import urlsplit
 
 from ctxprec.collector.config_types import Count, Positive, Switch, setting
@@ -63,10 +63,12 @@ class SourceConfig(BaseModel):
             return read_token_file(self.password_file, f"resolver source {self.name}: password_file")
         return None
 
+    ADDRESS: ClassVar[str] = "url"  # the field that says where the source is
+
     @property
     def address(self) -> str:
         """Where the source is (its DSN, URL or URI): what logs and errors never show."""
-        raise NotImplementedError
+        return str(getattr(self, self.ADDRESS))
 
 
 def _no_password(value: str, what: str) -> str:
@@ -90,7 +92,17 @@ def _http_url(value: str, what: str) -> str:
     return value
 
 
+class _OverHttp(SourceConfig):
+    """A source reached over HTTP (Chroma, Milvus's gRPC at an http:// URI, the app's endpoint)."""
+
+    @field_validator("url", "uri", check_fields=False)
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return _http_url(value, cls.ADDRESS)
+
+
 class PostgresSource(SourceConfig):
+    ADDRESS = "dsn"
     kind: Literal["postgres"] = Field(description="PostgreSQL, with asyncpg (ctxprec[resolve-postgres])")
     dsn: str = Field(description="postgresql://USER@HOST:PORT/DATABASE, without the password", min_length=1)
     query: str = Field(description="one query returning (id, text) rows for the array of ids bound as $1, e.g. "
@@ -107,10 +119,6 @@ class PostgresSource(SourceConfig):
         if "$1" not in value or re.search(r"\$[2-9]", value):
             raise ValueError("query must take the array of ids as its one parameter, $1")
         return value
-
-    @property
-    def address(self) -> str:
-        return self.dsn
 
 
 class RedisSource(SourceConfig):
@@ -136,12 +144,8 @@ class RedisSource(SourceConfig):
             raise ValueError("key_template must contain {id}")
         return value
 
-    @property
-    def address(self) -> str:
-        return self.url
 
-
-class ChromaSource(SourceConfig):
+class ChromaSource(_OverHttp):
     kind: Literal["chroma"] = Field(description="a Chroma server, with chromadb's HTTP client "
                                                 "(ctxprec[resolve-chroma])")
     url: str = Field(description="the Chroma server, http://HOST:PORT", min_length=1)
@@ -149,47 +153,21 @@ class ChromaSource(SourceConfig):
     tenant: str = Field("default_tenant", description="the Chroma tenant")
     database: str = Field("default_database", description="the Chroma database")
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _http_url(value, "url")
 
-    @property
-    def address(self) -> str:
-        return self.url
-
-
-class MilvusSource(SourceConfig):
+class MilvusSource(_OverHttp):
+    ADDRESS = "uri"
     kind: Literal["milvus"] = Field(description="Milvus or Milvus Lite, with pymilvus (ctxprec[resolve-milvus])")
     uri: str = Field(description="the Milvus server, http://HOST:19530", min_length=1)
     collection: str = Field(description="the collection holding the documents", min_length=1)
     text_field: str = Field(description="the field holding each document's text", min_length=1)
     db_name: str = Field("", description="the Milvus database (empty: the default one)")
 
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, value: str) -> str:
-        return _http_url(value, "uri")
 
-    @property
-    def address(self) -> str:
-        return self.uri
-
-
-class HttpSource(SourceConfig):
+class HttpSource(_OverHttp):
     kind: Literal["http"] = Field(description="the app's own endpoint (no extra needed)")
     url: str = Field(description="POSTed a JSON list of ids, it answers a JSON object of id -> text (an id "
                                  "left out, or null: missing)", min_length=1)
     max_response_mb: float = Field(8.0, gt=0, description="largest answer read, MB")
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _http_url(value, "url")
-
-    @property
-    def address(self) -> str:
-        return self.url
 
 
 AnySource = Annotated[Union[PostgresSource, RedisSource, ChromaSource, MilvusSource, HttpSource],

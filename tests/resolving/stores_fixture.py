@@ -15,6 +15,7 @@ import yaml
 from aiohttp import web
 
 from ctxprec.collector import config as config_module
+from ctxprec.collector.model import Outcome, Retrieval, RetrievedContext
 from tests.collector.rag_app import serve_config
 from tests.helpers.redis_server import RedisServer
 from tests.helpers.stores import (
@@ -125,6 +126,41 @@ class DocumentEndpoint:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+class Queue:
+    """The scoring queue a resolver hands resolved retrievals to (full past `room`)."""
+
+    def __init__(self, room: int = 1000) -> None:
+        self.items: list[Retrieval] = []
+        self.room = room
+
+    def try_submit(self, retrieval: Retrieval) -> bool:
+        if len(self.items) >= self.room:
+            return False
+        self.items.append(retrieval)
+        return True
+
+
+class Decisions:
+    """Where a resolver's decisions go (the result fan-out's `Decisions` seam)."""
+
+    def __init__(self) -> None:
+        self.items: list[Outcome] = []
+
+    def emit(self, outcome: Outcome) -> None:
+        self.items.append(outcome)
+
+    def count(self, *_: Any) -> None:
+        raise AssertionError("no bulk decision expected")
+
+
+def ids_only(ids: list[str | None], *, span: int = 0, attributes: dict[str, Any] | None = None) -> Retrieval:
+    """A retrieval as assembly reads one whose documents carry ids and no text."""
+    return Retrieval(trace_id=f"{span:032x}", span_id=f"{span + 1:016x}", service="app", query="q", contexts=[],
+                     attributes=dict(DATA_SOURCE) if attributes is None else attributes,
+                     documents_without_text=len(ids),
+                     textless=[RetrievedContext("", doc_id, score=1.0 - i / 10, position=i) for i, doc_id in enumerate(ids)])
 
 
 def resolver_config(tmp_path: Path, sources: list[dict[str, Any]], *flags: str,

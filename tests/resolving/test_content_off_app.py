@@ -17,7 +17,7 @@ from typing import Awaitable, Callable
 import pytest
 
 from ctxprec.collector.stub_judge import StubJudge
-from tests.collector.rag_app import running, scrape, serve_config, value, wait_until
+from tests.collector.rag_app import running, scrape, value, wait_until
 from tests.helpers.framework_apps import AppRun, run_app_module
 from tests.helpers.scored_like_batch import BatchScores, Outcomes, judge_flags, metrics_text
 from tests.helpers.stores import MilvusLiteServer

@@ -11,41 +11,15 @@ import pytest
 
 from ctxprec.collector.components import Deadline
 from ctxprec.collector.metrics.registry import Metrics
-from ctxprec.collector.model import Decision, Outcome, Retrieval, RetrievedContext
+from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
 from ctxprec.collector.resolving.config import ResolverConfig
 from ctxprec.collector.resolving.stage import DocumentResolver
 from ctxprec.collector.sampling.decide import RetrievalGate, score_throttle
 from ctxprec.collector.sampling.sampler import Sampler
 from tests.collector.rag_app import wait_until
-from tests.resolving.stores_fixture import CORPUS, DocumentEndpoint
+from tests.resolving.stores_fixture import CORPUS, Decisions, DocumentEndpoint, Queue, ids_only
 
 TEXT = {doc_id: text for doc_id, text, _ in CORPUS}
-
-
-class Queue:
-    def __init__(self, room: int = 1000) -> None:
-        self.items: list[Retrieval] = []
-        self.room = room
-
-    def try_submit(self, retrieval: Retrieval) -> bool:
-        if len(self.items) >= self.room:
-            return False
-        self.items.append(retrieval)
-        return True
-
-
-class Decisions:
-    def __init__(self) -> None:
-        self.items: list[Outcome] = []
-
-    def emit(self, outcome: Outcome) -> None:
-        self.items.append(outcome)
-
-    def count(self, *_: Any) -> None:
-        raise AssertionError("no bulk decision expected")
-
-    def of(self, decision: Decision) -> list[Outcome]:
-        return [o for o in self.items if o.decision is decision]
 
 
 class Costs:
@@ -66,13 +40,6 @@ async def endpoint() -> AsyncIterator[DocumentEndpoint]:
         yield server
     finally:
         await server.stop()
-
-
-def retrieval(ids: list[str | None], *, span: int = 0, attributes: dict[str, Any] | None = None) -> Retrieval:
-    return Retrieval(trace_id=f"{span:032x}", span_id=f"{span + 1:016x}", service="app", query="q", contexts=[],
-                     attributes={"gen_ai.data_source.id": "kb"} if attributes is None else attributes,
-                     documents_without_text=len(ids),
-                     textless=[RetrievedContext("", doc_id, score=1.0 - i / 10, position=i) for i, doc_id in enumerate(ids)])
 
 
 def resolver(url: str, queue: Queue, decisions: Decisions, **source: Any) -> tuple[DocumentResolver, Metrics, Costs]:
@@ -101,7 +68,7 @@ async def test_one_round_is_one_lookup_and_documents_get_their_text_in_rank_orde
     try:
         rounds = [["kb-01", "kb-02", "kb-04"], ["kb-03", "kb-08", "kb-04"], ["kb-07", "kb-03", "kb-05"]]
         for n, ids in enumerate(rounds):
-            assert stage.try_submit(retrieval(ids, span=n))  # one round: no await between them
+            assert stage.try_submit(ids_only(ids, span=n))  # one round: no await between them
         await settled(queue, decisions, 3)
         assert endpoint.requests[1:] == [["kb-01", "kb-02", "kb-04", "kb-03", "kb-08", "kb-07", "kb-05"]]
         assert decisions.items == []
@@ -110,7 +77,7 @@ async def test_one_round_is_one_lookup_and_documents_get_their_text_in_rank_orde
             assert [c.content for c in r.contexts] == [TEXT[i] for i in ids]
             assert [(c.id, c.score, c.position) for c in r.contexts] == [(i, 1.0 - n / 10, n) for n, i in enumerate(ids)]
         # Asked again: answered from the cache, no lookup.
-        assert stage.try_submit(retrieval(rounds[0], span=9))
+        assert stage.try_submit(ids_only(rounds[0], span=9))
         assert len(queue.items) == 4 and len(endpoint.requests) == 2
         assert sample(metrics, "ctxprec_resolver_ids_total", source="kb", outcome="cached") == 3
         assert sample(metrics, "ctxprec_resolver_ids_total", source="kb", outcome="found") == 7
@@ -125,8 +92,8 @@ async def test_a_missing_id_decides_its_retrieval_unresolved_and_only_it(endpoin
     queue, decisions = Queue(), Decisions()
     stage, metrics, costs = resolver(endpoint.url, queue, decisions)
     try:
-        assert stage.try_submit(retrieval(["kb-01", "kb-99", "kb-02"], span=1))
-        assert stage.try_submit(retrieval(["kb-01", "kb-02"], span=2))
+        assert stage.try_submit(ids_only(["kb-01", "kb-99", "kb-02"], span=1))
+        assert stage.try_submit(ids_only(["kb-01", "kb-02"], span=2))
         await settled(queue, decisions, 2)
         [unresolved] = decisions.items
         assert (unresolved.decision, unresolved.error[0]) == (Decision.UNRESOLVED, "missing")  # type: ignore[index]
@@ -145,16 +112,16 @@ async def test_a_slow_source_times_out_and_a_failing_one_opens_its_breaker(endpo
                                  breaker_cooldown_s=60)
     try:
         endpoint.delay_s = 1.0
-        assert stage.try_submit(retrieval(["kb-01"], span=1))
+        assert stage.try_submit(ids_only(["kb-01"], span=1))
         await settled(queue, decisions, 1)
         assert decisions.items[-1].error[0] == "timeout"  # type: ignore[index]
         endpoint.delay_s, endpoint.status = 0.0, 500
-        assert stage.try_submit(retrieval(["kb-02"], span=2))
+        assert stage.try_submit(ids_only(["kb-02"], span=2))
         await settled(queue, decisions, 2)
         assert decisions.items[-1].error[0] == "error"  # type: ignore[index]
         asked = len(endpoint.requests)
         endpoint.status = 200
-        assert stage.try_submit(retrieval(["kb-03"], span=3))  # two failures in a row: the breaker is open
+        assert stage.try_submit(ids_only(["kb-03"], span=3))  # two failures in a row: the breaker is open
         await settled(queue, decisions, 3)
         assert len(endpoint.requests) == asked and queue.items == []
         assert [o.error[0] for o in decisions.items] == ["timeout", "error", "error"]  # type: ignore[index]
@@ -172,7 +139,7 @@ async def test_batches_keep_to_max_batch_and_lookups_to_max_concurrency(endpoint
     endpoint.delay_s = 0.05
     try:
         for n, ids in enumerate([["kb-01", "kb-02"], ["kb-03", "kb-04"], ["kb-05", "kb-06"], ["kb-07"]]):
-            assert stage.try_submit(retrieval(ids, span=n * 2))
+            assert stage.try_submit(ids_only(ids, span=n * 2))
         await settled(queue, decisions, 4)
         # Whole retrievals, at most 3 ids a lookup (after the [] that checks the endpoint as it opens).
         assert endpoint.requests == [[], ["kb-01", "kb-02"], ["kb-03", "kb-04"], ["kb-05", "kb-06", "kb-07"]]
@@ -185,8 +152,8 @@ async def test_a_full_queue_sheds_and_shutdown_decides_what_waits_failed(endpoin
     queue, decisions = Queue(), Decisions()
     stage, _, costs = resolver(endpoint.url, queue, decisions, queue_size=2)
     endpoint.delay_s = 1.0  # longer than the shutdown deadline below
-    assert stage.try_submit(retrieval(["kb-01"], span=1)) and stage.try_submit(retrieval(["kb-02"], span=3))
-    assert not stage.try_submit(retrieval(["kb-03"], span=5))  # the gate decides it `overloaded`
+    assert stage.try_submit(ids_only(["kb-01"], span=1)) and stage.try_submit(ids_only(["kb-02"], span=3))
+    assert not stage.try_submit(ids_only(["kb-03"], span=5))  # the gate decides it `overloaded`
     with_text = Retrieval(trace_id="1" * 32, span_id="2" * 16, service="app", query="q",
                           contexts=[RetrievedContext("text")])
     assert stage.try_submit(with_text)  # text needs no lookup: straight on, untouched
@@ -196,17 +163,17 @@ async def test_a_full_queue_sheds_and_shutdown_decides_what_waits_failed(endpoin
     assert [o.decision for o in decisions.items] == [Decision.FAILED, Decision.FAILED]
     assert all(o.cut_short for o in decisions.items)  # their input stays unacknowledged
     assert queue.items == [with_text] and costs.unspent_count == 2
-    assert not stage.try_submit(retrieval(["kb-04"], span=9))  # finished: takes no more
+    assert not stage.try_submit(ids_only(["kb-04"], span=9))  # finished: takes no more
 
 
 async def test_a_retrieval_resolved_into_a_full_scoring_queue_is_overloaded(endpoint: DocumentEndpoint) -> None:
     queue, decisions = Queue(room=0), Decisions()
     stage, _, costs = resolver(endpoint.url, queue, decisions)
     try:
-        assert stage.try_submit(retrieval(["kb-01"], span=1))
+        assert stage.try_submit(ids_only(["kb-01"], span=1))
         await settled(queue, decisions, 1)
         assert [o.decision for o in decisions.items] == [Decision.OVERLOADED] and costs.unspent_count == 1
-        assert not stage.try_submit(retrieval(["kb-01"], span=3))  # from the cache: the queue says no at once
+        assert not stage.try_submit(ids_only(["kb-01"], span=3))  # from the cache: the queue says no at once
     finally:
         await stage.close()
 
@@ -220,13 +187,13 @@ async def test_the_gate_sends_on_only_what_a_source_can_resolve_and_gets_back_wh
                          resolvable=stage.resolvable)
     stage.costs = gate
     try:
-        gate.submit(retrieval(["kb-01", None], span=1))  # a document without an id: nothing to look up
-        gate.submit(retrieval(["kb-01"], span=3, attributes={"gen_ai.data_source.id": "other"}))  # no source's `when`
+        gate.submit(ids_only(["kb-01", None], span=1))  # a document without an id: nothing to look up
+        gate.submit(ids_only(["kb-01"], span=3, attributes={"gen_ai.data_source.id": "other"}))  # no source's `when`
         assert [o.decision for o in decisions.items] == [Decision.NO_CONTENT, Decision.NO_CONTENT]
-        gate.submit(retrieval(["kb-99"], span=5))  # takes the one throttle token, then is unresolved
+        gate.submit(ids_only(["kb-99"], span=5))  # takes the one throttle token, then is unresolved
         await settled(queue, decisions, 3)
         assert decisions.items[-1].decision is Decision.UNRESOLVED
-        gate.submit(retrieval(["kb-02"], span=7))  # the token came back: not throttled
+        gate.submit(ids_only(["kb-02"], span=7))  # the token came back: not throttled
         await settled(queue, decisions, 4)
         assert [r.span_id for r in queue.items] == [f"{8:016x}"]
     finally:

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import asyncpg
 import pytest
 
-from ctxprec.collector.model import Decision, Retrieval, RetrievedContext
+from ctxprec.collector.model import Decision
 from ctxprec.collector.pipeline import Pipeline
 from ctxprec.collector.resolving.config import ResolverConfig
 from ctxprec.collector.resolving.stage import DocumentResolver, ResolverStartError
@@ -32,8 +32,11 @@ from tests.resolving.stores_fixture import (
     KINDS,
     PASSWORD_ENV,
     READER_PASSWORD,
+    Decisions,
     DocumentEndpoint,
+    Queue,
     Stores,
+    ids_only,
     dumped,
     outcome_verdicts,
     resolver_config,
@@ -212,42 +215,16 @@ async def test_a_source_that_does_not_answer_in_time_is_unresolved_timeout(
     assert stub.stats.requests == 0
 
 
-class _Queue:
-    def __init__(self) -> None:
-        self.items: list[Retrieval] = []
-
-    def try_submit(self, retrieval: Retrieval) -> bool:
-        self.items.append(retrieval)
-        return True
-
-
-class _Decisions:
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    def emit(self, outcome: Any) -> None:
-        self.items.append(outcome)
-
-    def count(self, *_: Any) -> None:
-        raise AssertionError("no bulk decision expected")
-
-
-def _retrieval(ids: list[str]) -> Retrieval:
-    return Retrieval(trace_id="ab" * 16, span_id="cd" * 8, service="s", query="q", contexts=[],
-                     attributes={"gen_ai.data_source.id": "kb"}, documents_without_text=len(ids),
-                     textless=[RetrievedContext("", doc_id, position=i) for i, doc_id in enumerate(ids)])
-
-
 async def test_an_id_holding_sql_is_only_an_id_nobody_has(stores: Stores) -> None:
     """Ids are bound as the query's parameter: one written as SQL is a missing id, the table stays."""
-    queue, decisions = _Queue(), _Decisions()
+    queue, decisions = Queue(), Decisions()
     config = ResolverConfig.model_validate({"sources": [stores.source("postgres")]})
     resolver = DocumentResolver(config, downstream=queue, decisions=decisions)
     await resolver.start()
     try:
         hostile = "kb-07'); DROP TABLE documents; --"
-        assert resolver.try_submit(_retrieval(["kb-01", hostile]))
-        assert resolver.try_submit(_retrieval(["kb-07", "kb-01"]))
+        assert resolver.try_submit(ids_only(["kb-01", hostile], span=1))
+        assert resolver.try_submit(ids_only(["kb-07", "kb-01"], span=3))
         await wait_until(lambda: len(queue.items) + len(decisions.items) == 2, what="both decided")
     finally:
         await resolver.close()

@@ -14,11 +14,9 @@ report as runner.py's.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from opentelemetry.trace import Tracer
@@ -26,7 +24,7 @@ from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.types import InputMessage, OutputMessage, RetrievalDocument, Text
 
 from .corpus import DOCS, QUESTIONS, TOP_K, Doc, RunResult, canned_answer_for, embed_text, format_contexts
-from .runner import make_provider
+from .runner import finish, make_provider
 
 DATA_SOURCE = "kb"
 
@@ -71,14 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = TelemetryHandler(tracer_provider=provider)
     tracer = provider.get_tracer("ctxprec.realtraffic.app")
     runs = [ask(handler, tracer, q.text) for q in QUESTIONS]
-    provider.force_flush()
-    provider.shutdown()
-    args.out.write_text(json.dumps({"framework": "genai-util", "instrumentor": "genai", "shape": "direct",
-                                    "runs": [asdict(r) for r in runs]}, indent=2) + "\n")
-    failed = [t for t in tallies if t.failed or not t.exported]
-    for tally in failed:
-        print(f"span export failed: {tally.exported} exported, {tally.failed} failed", file=sys.stderr)
-    return 1 if failed else 0
+    return finish(provider, tallies, args.endpoint, args.out, "genai-util", "genai", "direct", runs)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,8 @@ and model one after the other under its request span. `--out` gets runner.py's r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from langchain_core.documents import Document
@@ -31,7 +29,7 @@ from opentelemetry.instrumentation.milvus import MilvusInstrumentor
 
 from .corpus import DOCS, QUESTIONS, TOP_K, RunResult
 from .langchain_app import PROMPT, CorpusEmbeddings, _format_docs
-from .runner import make_provider
+from .runner import finish, make_provider
 
 
 def build_store(uri: str, collection: str) -> Milvus:
@@ -65,14 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reply = model.invoke(PROMPT.invoke({"context": _format_docs(docs), "question": q.text}))
         runs.append(RunResult(query=q.text, contexts=[d.page_content for d in docs],
                               context_ids=[str(d.metadata.get("id", d.id)) for d in docs], answer=str(reply.content)))
-    provider.force_flush()
-    provider.shutdown()
-    args.out.write_text(json.dumps({"framework": "langchain-milvus", "instrumentor": "openllmetry",
-                                    "shape": "sequential", "runs": [asdict(r) for r in runs]}, indent=2) + "\n")
-    failed = [t for t in tallies if t.failed or not t.exported]
-    for tally in failed:
-        print(f"span export failed: {tally.exported} exported, {tally.failed} failed", file=sys.stderr)
-    return 1 if failed else 0
+    return finish(provider, tallies, args.endpoint, args.out, "langchain-milvus", "openllmetry", "sequential", runs)
 
 
 if __name__ == "__main__":

@@ -472,6 +472,8 @@ class Pipeline:
             logs.extend(self.evaluator.failure_logs())
         if self.cluster_feed is not None:
             logs.append(self.cluster_feed.failures)
+        if self.resolver is not None:
+            logs.extend(source.failures for source in self.resolver.sources)
         return logs
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,6 +39,7 @@ class Waiting:
     """A retrieval waiting for the texts of its documents, by id."""
 
     retrieval: Retrieval
+    source: str  # the name of the source that looks it up
     ids: list[str]  # its documents' ids, in rank order
     texts: dict[str, str] = field(default_factory=dict)  # found so far
 
@@ -59,7 +61,7 @@ class SourceLookups:
         self.opened = False
         self.breaker = CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s)
         self.failures = FailureLog(f"resolver source {config.name} ({config.kind})", log)
-        self.pending: list[Waiting] = []
+        self.pending: deque[Waiting] = deque()
         self.in_flight: list[Waiting] = []
         self.lookups = 0
         self._scheduled = False
@@ -108,10 +110,6 @@ class SourceLookups:
             text = f"{type(exc).__name__}: {exc}"
         return scrubbed(text, self.config, self._secret)
 
-    @property
-    def idle(self) -> bool:
-        return not self.pending and not self.in_flight
-
     # -- lookups --
 
     def add(self, waiting: Waiting) -> None:
@@ -138,7 +136,7 @@ class SourceLookups:
             missing = [i for i in self.pending[0].missing if i not in ids]
             if batch and len(ids) + len(missing) > self.config.max_batch:
                 break
-            batch.append(self.pending.pop(0))
+            batch.append(self.pending.popleft())
             ids.update(dict.fromkeys(missing))
         return batch, list(ids)
 

@@ -98,7 +98,7 @@ class DocumentResolver:
             return True
         if self.closing or self.waiting >= self.config.queue_size:
             return False
-        waiting = Waiting(r, [d.id or "" for d in r.textless])
+        waiting = Waiting(r, source.name, [d.id or "" for d in r.textless])
         for doc_id in waiting.ids:
             text = self.cache.get(source.name, doc_id)
             if text is not None:
@@ -130,11 +130,9 @@ class DocumentResolver:
         return r
 
     def _unresolved_decision(self, waiting: Waiting, reason: str, missing: int) -> None:
-        source = self.source_for(waiting.retrieval)
-        name = source.name if source is not None else ""
         if self._unresolved is not None:
-            self._unresolved(name, reason).inc()
-        detail = f"{missing} of {len(waiting.ids)} document ids not resolved by source {name}"
+            self._unresolved(waiting.source, reason).inc()
+        detail = f"{missing} of {len(waiting.ids)} document ids not resolved by source {waiting.source}"
         self._decide(waiting.retrieval, Decision.UNRESOLVED, (reason, detail))
 
     def _decide(self, r: Retrieval, decision: Decision, error: tuple[str, str] | None = None) -> None:

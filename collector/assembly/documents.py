@@ -128,7 +128,8 @@ def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None
 def _read_source(source: Source, span: SpanRecord, limit: int) -> _Read:
     if source.events is not None:
         return _read_events(source, span, limit)
-    if source.contexts.pattern:
+    listed = source.contexts or source.ids  # a user mapping may name ids alone
+    if listed is not None and listed.pattern:
         return _read_ranks(source, span.attributes, limit)
     return _read_list(source, span.attributes, limit)
 

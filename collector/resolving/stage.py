@@ -47,6 +47,8 @@ class ResolverStartError(OSError):
 
 
 class DocumentResolver:
+    """The stage (module docstring): the gate's `ScoringQueue`, with the workers' behind it."""
+
     def __init__(self, config: ResolverConfig, *, downstream: ScoringQueue, decisions: Decisions,
                  metrics: Metrics | None = None) -> None:
         self.config = config

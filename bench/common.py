@@ -11,10 +11,13 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from tests.helpers.processes import free_port
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,3 +108,55 @@ def process_cpu_s(process: Any) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
+@contextlib.contextmanager
+def serve_beside_stub_judge(forward_port: int, code: Path | None = None) -> Iterator[tuple[Any, int, int]]:
+    """`ctxprec serve` as the throughput benchmarks run it (OTLP/HTTP in, span mode forwarding to
+    `forward_port`, 1% of traces judged by `ctxprec stub-judge`), each in its own process, on this
+    tree's code or a baseline's (`code`, from `baseline_code`). Yields the serve process, its
+    OTLP/HTTP port and its metrics port, once both listen; stops both on exit."""
+    judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    env = {**env_for(code), "OPENAI_API_KEY": "bench"}
+    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ctxprec.collector.cli", "serve", "--otlp-grpc", "off",
+         "--otlp-http", f"127.0.0.1:{http_port}", "--metrics", f"127.0.0.1:{metrics_port}",
+         "--forward-to", f"http://127.0.0.1:{forward_port}", "--write-back", "span", "--sample-rate", "0.01",
+         "--judge-model", "openai/stub", "--judge-api-base", f"http://127.0.0.1:{judge_port}/v1",
+         "--quiet-period", "0.2", "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(judge_port)
+        wait_port(metrics_port, timeout=30)
+        yield serve, http_port, metrics_port
+    finally:
+        for proc in (serve, judge):
+            proc.terminate()
+        for proc in (serve, judge):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def prometheus_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text -> {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+async def post_all(session: Any, url: str, bodies: list[bytes], concurrency: int = 4) -> None:
+    """POSTs every OTLP protobuf body to `url` over an aiohttp session, `concurrency` at a time;
+    an answer other than 200 fails the run."""
+    queue = list(bodies)
+
+    async def sender() -> None:
+        while queue:
+            async with session.post(url, data=queue.pop(), headers={"Content-Type": "application/x-protobuf"}) as answer:
+                await answer.read()
+                if answer.status != 200:
+                    raise RuntimeError(f"{url} answered {answer.status}")
+
+    await asyncio.gather(*(sender() for _ in range(concurrency)))

@@ -28,7 +28,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from bench.common import baseline_code, env_for, machine, wait_port, write_result
+from bench.common import (
+    baseline_code,
+    machine,
+    post_all,
+    prometheus_samples,
+    serve_beside_stub_judge,
+    wait_port,
+    write_result,
+)
 from tests.helpers.processes import free_port
 from tests.helpers.rag_traces import SPANS_PER_REALISTIC_TRACE as SPANS_PER_TRACE
 from tests.helpers.rag_traces import kv, realistic_rag_trace
@@ -204,64 +212,27 @@ async def ctxprec_rate(bodies: list[bytes], spans: int, rounds: int, forward_url
     return {"rate": max(rates), "wall_rate": max(wall_rates), **details}
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
-
-
 async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, forward_port: int,
                              warm_up: list[bytes], concurrency: int = 4, code: Any = None) -> dict[str, Any]:
     """The whole `ctxprec serve`: its CPU seconds for the whole run, and what it decided. `code`:
     a baseline's PYTHONPATH folder (bench.common.baseline_code), else this tree."""
-    import subprocess
-    import sys
-
     import aiohttp
     import psutil
 
-    judge_port, http_port, metrics_port = free_port(), free_port(), free_port()
-    env = {**env_for(code), "OPENAI_API_KEY": "bench"}
-    judge = subprocess.Popen([sys.executable, "-m", "ctxprec.collector.stub_judge", "--port", str(judge_port)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "ctxprec.collector.cli", "serve", "--otlp-grpc", "off",
-         "--otlp-http", f"127.0.0.1:{http_port}", "--metrics", f"127.0.0.1:{metrics_port}",
-         "--forward-to", f"http://127.0.0.1:{forward_port}", "--write-back", "span", "--sample-rate", "0.01",
-         "--judge-model", "openai/stub", "--judge-api-base", f"http://127.0.0.1:{judge_port}/v1",
-         "--quiet-period", "0.2", "--log-level", "warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_port(judge_port)
-        wait_port(metrics_port, timeout=30)
+    with serve_beside_stub_judge(forward_port, code) as (serve, http_port, metrics_port):
         process = psutil.Process(serve.pid)
         url = f"http://127.0.0.1:{http_port}/v1/traces"
-        headers = {"Content-Type": "application/x-protobuf"}
         async with aiohttp.ClientSession() as session:
             async def metrics() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
                 async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
-                    return _samples(await response.text())
+                    return prometheus_samples(await response.text())
 
-            async def post(body: bytes) -> None:
-                async with session.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"serve answered {response.status}")
-
-            for body in warm_up:  # connections and code paths, on traces of their own
-                await post(body)
+            await post_all(session, url, warm_up, concurrency=1)  # connections and code paths, on traces of their own
             await asyncio.sleep(1.0)
             before = (await metrics())
             cpu0 = process.cpu_times()
             t0 = time.perf_counter()
-            queue = list(bodies)
-
-            async def sender() -> None:
-                while queue:
-                    await post(queue.pop())
-
-            await asyncio.gather(*(sender() for _ in range(concurrency)))
+            await post_all(session, url, bodies, concurrency)
             ok_key = ("ctxprec_exported_spans_total", (("exporter", "span_forwarder"), ("outcome", "ok")))
             want_ok = before.get(ok_key, 0.0) + spans
             deadline = time.monotonic() + 120
@@ -282,14 +253,6 @@ async def serve_process_rate(bodies: list[bytes], spans: int, retrievals: int, f
                         if name == "ctxprec_samples_total" and ("decision", "evaluated") in labels)
         return {"rate": spans / max(cpu, 1e-9), "cpu_s": cpu, "system_cpu_s": system, "wall_s": elapsed, "decided": decided,
                 "forwarded": final.get(ok_key, 0.0) - before.get(ok_key, 0.0), "evaluated": evaluated}
-    finally:
-        for proc in (serve, judge):
-            proc.terminate()
-        for proc in (serve, judge):
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def main() -> None:

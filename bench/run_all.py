@@ -30,6 +30,7 @@ BENCHMARKS = [
     "redact",
     "score_throughput",
     "ingest",
+    "log_passthrough",
     "resolver",
     "forward_latency",
     "overload",
@@ -82,6 +83,9 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "ingest": ("whole `ctxprec serve` spans per CPU-second (OTLP/HTTP in, span-mode forwarding, 1% judged) / bare "
                "ParseFromString; this tree against the baseline ref is `vs_baseline` below, in-process decode + "
                "ingest is `ratio`", "serve_process_ratio", ">= 0.2", lambda r: r >= 0.2),
+    "log_passthrough": ("whole `ctxprec serve` OTLP log records per CPU-second passed on to --forward-to / bare "
+                        "ExportLogsServiceRequest.ParseFromString, an app's own logs (GenAI events at 1% below)",
+                        "serve_process_ratio", ">= 0.2 (GenAI events >= 0.095)", "goal_met"),
     "attacks": ("/healthz p99 (ms) under the worst of slowloris, an idle flood, 100,000-span requests and a 200 MB "
                 "judge answer, with 1,500 spans/s of load; lost spans in a 60 s forward outage beside it",
                 "healthz_p99_ms_worst_attack", "no probe failed, RSS < 2x, nothing lost", "goal_met"),

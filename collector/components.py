@@ -8,7 +8,8 @@ and, with document resolvers, sampling --ScoringQueue--> resolving --ScoringQueu
 text of documents traces name only by id, looked up in the app's store);
 
 and, in span mode, assembly --SpanPassThrough--> the span write-back exporter (every span goes
-downstream; the retrieval spans of sampled traces wait there for their results); with cluster
+downstream; the retrieval spans of sampled traces wait there for their results); OTLP logs and
+metrics receivers --SignalConsumer--> assembly --SignalPassThrough--> the forwarder; with cluster
 learning, the cluster feed --PeerScores--> the drift monitor and the diagnostics (the scores
 other replicas made, read back from the Kafka results topic).
 
@@ -107,6 +108,14 @@ class TraceConsumer(Protocol):
                      ack: PendingAck | None = None) -> None: ...
 
 
+class SignalConsumer(Protocol):
+    """Takes decoded OTLP logs and metrics requests (receivers -> assembly): counted, read where
+    they tell about a sampled trace (GenAI event logs), and passed on. `signal` is `logs` or
+    `metrics` (collector/otlp/signals.py); `raw` as for `TraceConsumer`."""
+
+    async def ingest_signal(self, signal: str, request: Any, *, receiver: str, raw: bytes | None = None) -> None: ...
+
+
 class RetrievalSink(Protocol):
     """Takes retrievals to decide on (assembly and the Kafka event receiver -> sampling). Never
     blocks: it runs on the receivers' path."""
@@ -159,6 +168,14 @@ class SpanPassThrough(Protocol):
     def pass_through(self, request: Any, raw: bytes | None, total_spans: int, held: list[Any]) -> None: ...
 
     def trace_done(self, trace_id: bytes, retrieval_span_ids: set[bytes]) -> None: ...
+
+
+class SignalPassThrough(Protocol):
+    """OTLP logs and metrics on their way downstream (assembly -> the forwarder): the serialized
+    export request as it came and how many items (log records, data points) it holds. Never
+    blocks, never raises: what cannot go on is dropped and counted."""
+
+    def pass_signal(self, signal: str, data: bytes, items: int) -> None: ...
 
 
 class PeerScores(Protocol):

@@ -8,6 +8,7 @@ the only place that connects stages (collector/components.py declares the seams)
     -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
        spans, Kafka results, Phoenix and Langfuse, ...)
     assembly -> span write-back (span mode: every span goes on; retrieval spans wait for results)
+    assembly -> signal forwarder (the app's OTLP logs and metrics, through the spans' forward queue)
     cluster feed -> drift, diagnostics (cluster learning: the other replicas' scores, read back
        from the Kafka results topic)
 
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # built only when configured, so imported where they are buil
     from ctxprec.collector.exporters.evaluator import EvaluatorExporter
     from ctxprec.collector.exporters.kafka_diagnostics import KafkaDiagnosticsExporter
     from ctxprec.collector.exporters.kafka_results import KafkaResultsExporter
+    from ctxprec.collector.exporters.signal_forward import SignalForwarder
     from ctxprec.collector.exporters.sinks import BackendSink
     from ctxprec.collector.exporters.span_writeback import SpanWriteBack
     from ctxprec.collector.receivers.kafka import KafkaReceiver
@@ -225,6 +227,7 @@ class Pipeline:
         self.activity = ActivityLog(self._spans_received, failure_logs=self.failure_logs)
         self._add_exporter("activity", self.activity)
         self._add_write_back()
+        self._add_signal_forwarder()
         self._add_backend_sinks()
 
     def _add_exporter(self, name: str, sink: ResultSink, *, grace_s: float = 0.0) -> None:
@@ -271,12 +274,15 @@ class Pipeline:
             return
         if self.config.write_back == "span":
             from ctxprec.collector.exporters.otlp_sender import (
+                LOGS,
+                METRICS,
                 OtlpSender,
                 SenderSettings,
             )
             from ctxprec.collector.exporters.span_writeback import SpanWriteBack
 
-            sender = OtlpSender(SenderSettings.of(export), metrics=self.metrics)
+            # The span forwarder's queue also carries the app's logs and metrics (signal_forward.py).
+            sender = OtlpSender(SenderSettings.of(export, carries=(LOGS, METRICS)), metrics=self.metrics)
             self.writeback = SpanWriteBack(sender, self.identity, metrics=self.metrics, threshold=export.threshold,
                                            hold_deadline_s=export.hold_deadline_s)
             self._add_exporter("span_writeback", self.writeback, grace_s=FORWARD_GRACE_S)
@@ -289,6 +295,20 @@ class Pipeline:
             self.evaluator = EvaluatorExporter(EvaluatorSettings.of(export), self.identity, metrics=self.metrics,
                                                version=VERSION)
             self._add_exporter("evaluator", self.evaluator, grace_s=EXPORTER_GRACE_S)
+
+    def _add_signal_forwarder(self) -> None:
+        """The app's OTLP logs and metrics, through the forward queue the spans use (or counted as
+        dropped without --forward-to)."""
+        from ctxprec.collector.exporters.signal_forward import SignalForwarder
+
+        owner = "span_writeback" if self.writeback is not None else "evaluator" if self.evaluator is not None else None
+        sender = (self.writeback.sender if self.writeback is not None
+                  else self.evaluator.sender if self.evaluator is not None else None)
+        self.signal_forwarder: SignalForwarder = SignalForwarder(sender, metrics=self.metrics)
+        self.graph.add("signal_forwarder", self.signal_forwarder)
+        if owner is not None:
+            # Finished before the queue's owner flushes it.
+            self.graph.connect("signal_forwarder", owner, "shares its forward queue")
 
     def _add_backend_sinks(self) -> None:
         """`--sink`: scores into backends' own stores (Phoenix annotations, Langfuse scores)."""
@@ -310,9 +330,10 @@ class Pipeline:
 
         settings = IngestSettings(conventions=self.config.conventions, buffer=self.config.assembly)
         ingest = OtlpIngest(keep_trace=self.sampler.keep_trace, sink=self.gate, metrics=self.metrics,
-                            settings=settings, passthrough=self.writeback)
+                            settings=settings, passthrough=self.writeback, signals=self.signal_forwarder)
         self.graph.add("ingest", ingest)
         self.graph.connect("ingest", "gate", "RetrievalSink")
+        self.graph.connect("ingest", "signal_forwarder", "SignalPassThrough")
         if self.writeback is not None:
             self.graph.connect("ingest", "span_writeback", "SpanPassThrough")
         return ingest
@@ -323,12 +344,13 @@ class Pipeline:
         if grpc is not None:
             from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
 
-            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=grpc))
+            self._add_receiver("otlp_grpc", OtlpGrpcReceiver(self.ingest, metrics=self.metrics, settings=grpc,
+                                                             signals=self.ingest))
         http = config.http(limits)
         if http is not None:
             from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
 
-            receiver = OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=http)
+            receiver = OtlpHttpReceiver(self.ingest, metrics=self.metrics, settings=http, signals=self.ingest)
             self.listener_guards.append(receiver.guard)
             self._add_receiver("otlp_http", receiver)
 
@@ -338,7 +360,7 @@ class Pipeline:
 
         self.receivers.append(receiver)
         self.graph.add(name, receiver, ready=Readiness(type(receiver).__name__, listening))
-        self.graph.connect(name, "ingest", "TraceConsumer")
+        self.graph.connect(name, "ingest", "TraceConsumer, SignalConsumer")
 
     def _add_kafka(self) -> None:
         kafka = self.config.kafka

@@ -1,4 +1,5 @@
-"""Shared fixtures: the stub judge, in-process on 127.0.0.1 and a free port, always stopped.
+"""Shared fixtures: the stub judge and a real OTLP receiver (`capture`, tests/helpers/otlp_capture.py),
+in-process on 127.0.0.1 and free ports, always stopped.
 
 Tiers: a test that starts brokers, servers, apps or other processes, or runs for many seconds, is
 marked `slow` where it is written (`pytestmark = pytest.mark.slow` for a whole module, or
@@ -11,6 +12,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import pytest
 
 from ctxprec.collector.stub_judge import StubJudge, StubSettings
+
+from tests.helpers.otlp_capture import OtlpCapture
 
 # One real Arize Phoenix server per test session, for the modules that ask for it.
 pytest_plugins = ["tests.helpers.phoenix_fixture"]
@@ -52,3 +55,12 @@ async def make_stub_judge() -> AsyncIterator[Callable[..., Awaitable[StubJudge]]
     finally:
         for stub in started:
             await stub.stop()
+
+
+@pytest.fixture
+async def capture() -> AsyncIterator[OtlpCapture]:
+    cap = await OtlpCapture().start()
+    try:
+        yield cap
+    finally:
+        await cap.stop()

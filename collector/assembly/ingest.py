@@ -16,6 +16,12 @@ then the retrievals are extracted and handed to the `RetrievalSink`, each carryi
 input acknowledgements (released when all of the trace's retrievals are decided). In span mode
 every request is handed on to the span write-back (`SpanPassThrough`), naming the retrieval spans
 of sampled traces, which wait there for their results; assembly itself never sees a result.
+
+OTLP logs and metrics (`ingest_signal`) are counted and passed on to the forwarder
+(`SignalPassThrough`) at once, as they came. On their way, the GenAI event log records of sampled
+traces (event_logs.py: an LLM call's answer and prompt, written as logs) join their trace in the
+buffer, before or after its spans, and are written on their LLM span when the trace is read. A
+request with no GenAI event in its bytes costs one byte search.
 """
 from __future__ import annotations
 
@@ -27,15 +33,23 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable
 
+from ctxprec.collector.assembly import event_logs
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
-from ctxprec.collector.components import Deadline, RetrievalSink, SpanPassThrough, cancelled
+from ctxprec.collector.components import (
+    Deadline,
+    RetrievalSink,
+    SignalPassThrough,
+    SpanPassThrough,
+    cancelled,
+)
 from ctxprec.collector.loop_turns import CHUNK, LoopTurns
 from ctxprec.collector.metrics.registry import Metrics
 from ctxprec.collector.model import Countdown, HeldSpan, PendingAck
+from ctxprec.collector.otlp.signals import LOGS, SIGNALS
 from ctxprec.collector.otlp.values import attributes_dict, service_name
 from ctxprec.collector.otlp.wire import resource_ranges
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -63,18 +77,21 @@ class IngestSettings:
 class OtlpIngest:
     def __init__(self, *, keep_trace: Callable[[bytes, str], bool], sink: RetrievalSink | None, metrics: Metrics,
                  settings: IngestSettings | None = None, passthrough: SpanPassThrough | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`passthrough` set = span mode (every received span goes downstream)."""
+                 signals: SignalPassThrough | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """`passthrough` set = span mode (every received span goes downstream); `signals` takes
+        the OTLP logs and metrics on (without it they are counted and go no further)."""
         self.settings = settings or IngestSettings()
         self._keep = keep_trace
         self._sink = sink
         self._metrics = metrics
         self._passthrough = passthrough
+        self._signals = signals
         self._clock = clock
         self.conventions = Conventions(self.settings.conventions)
         self.buffer = TraceBuffer(self.settings.buffer, metrics=metrics, clock=clock)
         self._max_chars = self.settings.conventions.max_attribute_chars
         self._received: dict[str, Any] = {}
+        self._signals_received: dict[tuple[str, str], Any] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready: deque[BufferedTrace] = deque()  # taken from the buffer, not yet handed out
         self._markers = MarkerScanner(self.conventions.rules)
@@ -136,6 +153,55 @@ class OtlpIngest:
             await self._count_not_sampled(request, data, {}, set(), turns)
         if self._passthrough is not None:
             self._passthrough.pass_through(request, data, total, held)
+
+    async def ingest_signal(self, signal: str, request: Any, *, receiver: str, raw: bytes | None = None) -> None:
+        """Takes one decoded logs or metrics request: counts its items under `receiver`, reads the
+        GenAI events of sampled traces out of a logs request, and passes it on as it came."""
+        items = SIGNALS[signal].count(request)
+        counter = self._signals_received.get((signal, receiver))
+        if counter is None:
+            counter = self._signals_received[signal, receiver] = self._metrics.signal_received(signal, receiver)
+        counter.inc(items)
+        if items == 0:
+            return
+        data = raw if raw is not None else request.SerializeToString()
+        if signal == LOGS and self._sink is not None and event_logs.MARKER in data:
+            await self._read_log_events(request, receiver)
+        if self._signals is not None:
+            self._signals.pass_signal(signal, data, items)
+
+    async def _read_log_events(self, request: Any, receiver: str) -> None:
+        """The GenAI events of sampled traces join their trace; those of a trace already handed
+        out are late (counted: their answer was not used). As for spans, a record is read past
+        its trace id only when its trace is routed."""
+        turns = LoopTurns()
+        routes: dict[bytes, int] = {}
+        for rl in request.resource_logs:
+            service = service_name(rl.resource)
+            for sl in rl.scope_logs:
+                records = sl.log_records
+                for start in range(0, len(records), CHUNK):
+                    part = records if len(records) <= CHUNK else records[start:start + CHUNK]
+                    ids = list(map(_TRACE_ID, part))
+                    hit = False
+                    for trace_id in set(ids):
+                        route = routes.get(trace_id)
+                        if route is None:
+                            route = routes[trace_id] = (self._route(trace_id, service, receiver)
+                                                        if len(trace_id) == 16 and any(trace_id) else _UNSAMPLED)
+                        if route:
+                            hit = True
+                    for i in [i for i, trace_id in enumerate(ids) if routes[trace_id]] if hit else ():
+                        record, trace_id = part[i], ids[i]
+                        if not event_logs.is_genai_event(record):
+                            continue
+                        if routes[trace_id] == _LATE:
+                            self._metrics.late_log_records.inc()
+                            continue
+                        event = event_logs.read_event(record, self._max_chars)
+                        if event is not None:
+                            self.buffer.add_log_events(trace_id, [event], event.size)
+                    await turns.share()
 
     def _route(self, trace_id: bytes, service: str, receiver: str) -> int:
         buffer = self.buffer
@@ -283,6 +349,8 @@ class OtlpIngest:
 
     def _finish(self, trace: BufferedTrace) -> None:
         try:
+            if trace.log_events:
+                event_logs.apply(trace.spans, trace.log_events)
             extracted = self.conventions.extract(trace.spans)
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())

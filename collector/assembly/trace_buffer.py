@@ -2,10 +2,11 @@
 
 A trace is ready when its root span has arrived (OTLP carries ended spans only) and no span
 came for `quiet_period_s`, or `max_wait_s` after its first span. The buffer holds at most
-`max_traces` traces and about `max_buffer_mb` of spans: past either, the oldest trace is handed out
-early (partial) and counted in `ctxprec_trace_evictions_total{reason}`. Ready and evicted traces
-go into a small LRU of decided trace ids, so a span that arrives after its trace was handed out
-is recognised as late instead of starting a new, partial trace.
+`max_traces` traces and about `max_buffer_mb` of spans (and of the GenAI event log records read
+for them, which join their trace whether they come before or after its spans): past either, the
+oldest trace is handed out early (partial) and counted in `ctxprec_trace_evictions_total{reason}`.
+Ready and evicted traces go into a small LRU of decided trace ids, so a span that arrives after
+its trace was handed out is recognised as late instead of starting a new, partial trace.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class BufferedTrace:
     # Opaque per-input-message handles (PendingAck) that wait for this trace's decisions.
     acks: list[Any] = field(default_factory=list)
     evicted: str | None = None  # eviction reason when handed out early
+    # What GenAI event log records said about the trace's LLM calls (assembly/event_logs.py).
+    log_events: list[Any] = field(default_factory=list)
 
 
 class TraceBuffer:
@@ -90,6 +93,20 @@ class TraceBuffer:
         self._enforce_bounds()
         self._update_gauges()
         return trace
+
+    def add_log_events(self, trace_id: bytes, events: list[Any], size: int) -> None:
+        """Joins log events to their trace (the caller has checked `is_decided` first), under the
+        same bounds as spans. Events that come first start the trace; they never make it wait
+        longer (its quiet period counts from its spans)."""
+        now = self._clock()
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            trace = self._traces[trace_id] = BufferedTrace(trace_id, now, now)
+        trace.log_events.extend(events)
+        trace.size += size
+        self._bytes += size
+        self._enforce_bounds()
+        self._update_gauges()
 
     def _enforce_bounds(self) -> None:
         s = self.config

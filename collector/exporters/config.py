@@ -86,8 +86,9 @@ class ExportConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
     forward_to: OtlpUrl = setting(
-        None, "downstream OTLP endpoint: http[s]://host:port (OTLP/HTTP, /v1/traces when no path) or "
-              "grpc[s]://host:port; unset: nothing is exported over OTLP", flag="--forward-to")
+        None, "downstream OTLP endpoint: http[s]://host:port (OTLP/HTTP, /v1/traces, /v1/logs and /v1/metrics when "
+              "no path) or grpc[s]://host:port; spans, scores and the app's logs and metrics go there; unset: nothing "
+              "is exported over OTLP (logs and metrics received are counted as dropped)", flag="--forward-to")
     write_back: Annotated[str | None, BeforeValidator(choice(*WRITE_BACK_MODES, optional=True))] = setting(
         None, "span: scores on the retrieval spans, forwarding every span (default for OTLP input); evaluator: "
               "new evaluator spans in the same traces (default for Kafka input)",

@@ -30,6 +30,7 @@ from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.otlp_sender import (
     LOGS,
     TRACES,
+    METRICS,
     OtlpSender,
     SenderSettings,
 )
@@ -75,7 +76,9 @@ class EvaluatorSettings:
         if export.forward_to is None:
             raise ValueError("export.forward_to: the evaluator exporter needs an OTLP endpoint")
         logs = SenderSettings.of(export, LOGS) if export.evaluation_logs != "off" else None
-        return cls(SenderSettings.of(export, TRACES), logs, export.evaluation_logs == "auto", export.threshold)
+        # The evaluator spans' queue also carries the app's logs and metrics (signal_forward.py).
+        return cls(SenderSettings.of(export, TRACES, carries=(LOGS, METRICS)), logs, export.evaluation_logs == "auto",
+                   export.threshold)
 
 
 class EvaluatorExporter:
@@ -95,6 +98,11 @@ class EvaluatorExporter:
             self._logs = OtlpSender(settings.logs, metrics=metrics, exporter=LOGS_EXPORTER,
                                     on_unsupported=on_unsupported)
         self.emitted = 0
+
+    @property
+    def sender(self) -> OtlpSender:
+        """The evaluator spans' sender, whose queue the app's logs and metrics share."""
+        return self._spans
 
     def failure_logs(self) -> list[FailureLog]:
         return [self._spans.failures] + ([self._logs.failures] if self._logs is not None else [])

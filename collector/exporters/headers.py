@@ -23,7 +23,8 @@ _NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _ENV_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 OTEL_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
-OTEL_SIGNAL_HEADERS = {"traces": "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "logs": "OTEL_EXPORTER_OTLP_LOGS_HEADERS"}
+OTEL_SIGNAL_HEADERS = {"traces": "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "logs": "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+                       "metrics": "OTEL_EXPORTER_OTLP_METRICS_HEADERS"}
 
 Headers = tuple[tuple[str, str], ...]
 

@@ -1,10 +1,16 @@
-"""Sends serialized OTLP export requests (traces or logs) to `--forward-to`.
+"""Sends serialized OTLP export requests (traces, logs or metrics) to `--forward-to`.
 
-Items are serialized `ExportTraceServiceRequest` (or `ExportLogsServiceRequest`) bytes. Two
+Items are serialized `ExportTraceServiceRequest` (or logs, metrics export request) bytes. Two
 serialized requests concatenated are the serialization of their merge (repeated fields append),
-so a batch is just the queued bytes joined: unsampled traffic goes out byte for byte as it came
-in, and batching costs no protobuf work. Senders take whatever is queued the moment they are free,
-so an idle sender adds no delay.
+so a batch is just the queued bytes of one signal joined: unsampled traffic goes out byte for
+byte as it came in, and batching costs no protobuf work. Senders take whatever is queued the
+moment they are free, so an idle sender adds no delay.
+
+A sender has its own signal and may carry others (`SenderSettings.carries`): the span forwarder
+carries the app's logs and metrics to the same endpoint, each signal to its own path or gRPC
+service, all in one queue with one byte bound, one deadline and one backoff. They are counted
+apart, each under its own exporter name (`log_forwarder`, `metric_forwarder`), in its own items
+(log records, data points).
 
 Through a downstream outage the data waits: a batch that fails goes back to the head of the
 queue and every sender pauses for the backoff (0.1 s doubling to 5 s), then tries again. What is
@@ -16,7 +22,9 @@ the queue cannot hold, and memory never grows past the bound.
 
 A receiver that does not take a signal at all (HTTP 404, 405 or 415; gRPC UNIMPLEMENTED) is told
 apart from other rejections: with `on_unsupported` set, the sender calls it once and drops what
-it was sending without logging, so the owner can turn the signal off with one message.
+it was sending without logging, so the owner can turn the signal off with one message. A carried
+signal the receiver does not take gets one WARNING and is dropped as `unsupported` for five
+minutes, then tried again.
 """
 from __future__ import annotations
 
@@ -40,23 +48,17 @@ from ctxprec.collector.exporters.config import ExportConfig
 from ctxprec.collector.exporters.headers import export_headers
 from ctxprec.collector.failure_log import FailureLog
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES
 from ctxprec.scorer.http_body import BodyTooLarge, read_body
 from ctxprec.scorer.retry import Backoff, parse_retry_after
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 log = logging.getLogger(__name__)
 
 EXPORTER = "span_forwarder"
-TRACES, LOGS = "traces", "logs"
-_SIGNALS = {
-    TRACES: ("/v1/traces", "/opentelemetry.proto.collector.trace.v1.TraceService/Export", ExportTraceServiceResponse),
-    LOGS: ("/v1/logs", "/opentelemetry.proto.collector.logs.v1.LogsService/Export", ExportLogsServiceResponse),
-}
+# The exporter name a carried signal is counted under (its items: log records, data points).
+CARRIED_EXPORTERS = {TRACES: EXPORTER, LOGS: "log_forwarder", METRICS: "metric_forwarder"}
+# A carried signal the receiver does not take is dropped this long before it is tried again.
+UNSUPPORTED_RETRY_S = 300.0
 _UNSUPPORTED_HTTP = frozenset({404, 405, 415})
 _MAX_ANSWER_BYTES = 64 * 1024  # an export answer is a few bytes (a partial-success message at most)
 _RETRY_HTTP = frozenset({429, 502, 503, 504})
@@ -92,8 +94,10 @@ class ClientTls:
 @dataclass(slots=True)
 class SenderSettings:
     url: str
-    signal: str = TRACES  # "traces" | "logs"
+    signal: str = TRACES  # "traces" | "logs" | "metrics"
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
+    # Other signals this sender's queue carries to the same endpoint, with their own headers.
+    carries: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     max_queue_bytes: int = _EXPORT.max_queue_bytes
     max_batch_bytes: int = 3 * 1024 * 1024  # under the usual 4 MiB gRPC message limit
     senders: int = 2
@@ -105,14 +109,22 @@ class SenderSettings:
     tls: ClientTls = ClientTls()
 
     @classmethod
-    def of(cls, export: ExportConfig, signal: str = TRACES) -> "SenderSettings":
+    def of(cls, export: ExportConfig, signal: str = TRACES, carries: tuple[str, ...] = ()) -> "SenderSettings":
         """`--forward-to` and its TLS files, queue bound and headers (`--forward-header` over
-        `OTEL_EXPORTER_OTLP_HEADERS`), for `signal`."""
+        `OTEL_EXPORTER_OTLP_HEADERS`), for `signal` and the signals it `carries`."""
         assert export.forward_to is not None
         return cls(url=export.forward_to, signal=signal, max_queue_bytes=export.max_queue_bytes,
                    deadline_s=export.queue_deadline_s,
                    headers=export_headers(export.forward_headers, signal),
+                   carries={other: export_headers(export.forward_headers, other) for other in carries},
                    tls=ClientTls(export.ca_file, export.cert_file, export.key_file))
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return (self.signal, *self.carries)
+
+    def headers_for(self, signal: str) -> dict[str, str]:
+        return self.headers if signal == self.signal else self.carries[signal]
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -122,20 +134,23 @@ class SenderSettings:
             raise ValueError(f"forward_to: {self.url!r} has no host")
         if self.senders < 1 or self.max_queue_bytes < 1 or self.max_batch_bytes < 1 or self.deadline_s <= 0:
             raise ValueError("forward_to: senders, max_queue_bytes, max_batch_bytes and deadline_s must be positive")
-        if self.signal not in _SIGNALS:
-            raise ValueError(f"signal: must be one of {', '.join(_SIGNALS)}, got {self.signal!r}")
+        for signal in self.signals:
+            if signal not in SIGNALS:
+                raise ValueError(f"signal: must be one of {', '.join(SIGNALS)}, got {signal!r}")
+        if self.signal in self.carries:
+            raise ValueError(f"carries: {self.signal!r} is this sender's own signal")
 
 
 def signal_url(url: str, signal: str) -> str:
-    """The endpoint for `signal` under `--forward-to`: `/v1/traces` or `/v1/logs` when the URL
-    has no path; a URL ending in `/v1/traces` swaps its last part; any other path is a prefix
-    (a collector behind a reverse proxy)."""
+    """The endpoint for `signal` under `--forward-to`: `/v1/traces`, `/v1/logs` or `/v1/metrics`
+    when the URL has no path; a URL ending in one of these swaps its last part; any other path is
+    a prefix (a collector behind a reverse proxy)."""
     parts = urlsplit(url)
-    own = _SIGNALS[signal][0]
+    own = SIGNALS[signal].http_path
     path = parts.path.rstrip("/")
     if not path:
         path = own
-    elif path.endswith(("/v1/traces", "/v1/logs")):
+    elif path.endswith(tuple(s.http_path for s in SIGNALS.values())):
         path = path.rsplit("/v1/", 1)[0] + own
     else:
         path += own
@@ -155,7 +170,7 @@ class _Rejected(Exception):
 
 
 class _Transport(Protocol):
-    async def send(self, parts: list[bytes]) -> None: ...
+    async def send(self, signal: str, parts: list[bytes]) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -180,18 +195,19 @@ class _PartsPayload(aiohttp.payload.Payload):
 class _HttpTransport:
     def __init__(self, settings: SenderSettings) -> None:
         parts = urlsplit(settings.url)
-        self.url = signal_url(settings.url, settings.signal)
-        self.headers = {"Content-Type": "application/x-protobuf", **settings.headers}
+        self.urls = {signal: signal_url(settings.url, signal) for signal in settings.signals}
+        self.headers = {signal: {"Content-Type": "application/x-protobuf", **settings.headers_for(signal)}
+                        for signal in settings.signals}
         context = settings.tls.ssl_context() if parts.scheme == "https" else None
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=settings.timeout_s),
             connector=aiohttp.TCPConnector(ssl=context if context is not None else False, limit=settings.senders * 2),
         )
 
-    async def send(self, parts: list[bytes]) -> None:
+    async def send(self, signal: str, parts: list[bytes]) -> None:
         body: Any = parts[0] if len(parts) == 1 else _PartsPayload(parts)
         try:
-            async with self._session.post(self.url, data=body, headers=self.headers) as response:
+            async with self._session.post(self.urls[signal], data=body, headers=self.headers[signal]) as response:
                 # The answer (an ExportTraceServiceResponse) is not used: read up to a bound so
                 # that the connection is reused, never more.
                 with contextlib.suppress(BodyTooLarge):
@@ -219,16 +235,17 @@ class _GrpcTransport:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         # The service stub would serialize a message; the identity serializer sends the queued
         # bytes as they are (same method, same wire format).
-        _, method, response = _SIGNALS[settings.signal]
-        self._export = self._channel.unary_unary(
-            method, request_serializer=None, response_deserializer=response.FromString)
-        self._metadata = tuple((k.lower(), v) for k, v in settings.headers.items())
+        self._exports = {signal: self._channel.unary_unary(
+            SIGNALS[signal].grpc_method, request_serializer=None,
+            response_deserializer=SIGNALS[signal].response.FromString) for signal in settings.signals}
+        self._metadata = {signal: tuple((k.lower(), v) for k, v in settings.headers_for(signal).items())
+                          for signal in settings.signals}
         self._timeout = settings.timeout_s
 
-    async def send(self, parts: list[bytes]) -> None:
+    async def send(self, signal: str, parts: list[bytes]) -> None:
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
-            await self._export(body, timeout=self._timeout, metadata=self._metadata or None)
+            await self._exports[signal](body, timeout=self._timeout, metadata=self._metadata[signal] or None)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _RETRY_GRPC:
                 raise _Retryable(f"gRPC {exc.code().name}: {exc.details()}") from None
@@ -242,26 +259,31 @@ class _GrpcTransport:
 @dataclass(slots=True)
 class _Item:
     body: bytes
-    spans: int
+    spans: int  # items it holds: spans, log records or data points
     deadline: float  # monotonic; still unsent then, it is dropped as `expired`
+    signal: str
 
 
 class OtlpSender:
     def __init__(self, settings: SenderSettings, *, metrics: Metrics, exporter: str = EXPORTER,
                  on_unsupported: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`exporter` names this sender in the exported/dropped counters. `on_unsupported(reason)`
-        is called once if the receiver does not take this signal; later items are dropped as
-        `unsupported`."""
+        """`exporter` names this sender's own signal in the exported/dropped counters (carried
+        signals are counted under `CARRIED_EXPORTERS`). `on_unsupported(reason)` is called once if
+        the receiver does not take the own signal; later items are dropped as `unsupported`."""
         self.settings = settings
         self.exporter = exporter
         self._metrics = metrics
         self._on_unsupported = on_unsupported
         self._clock = clock
         self.unsupported: str | None = None
+        # Carried signals the receiver said it does not take: until when they are dropped.
+        self._refused_until: dict[str, float] = {}
         # Sending failures: the first as a WARNING at once, then a count per minute.
         self.failures = FailureLog(f"{exporter} to {settings.url}", log)
-        self._queue: deque[_Item] = deque()
+        # One queue per signal, in deadline order each; together they are one queue with one
+        # bound: the oldest item of any signal is the next sent and the first dropped.
+        self._queues: dict[str, deque[_Item]] = {signal: deque() for signal in settings.signals}
         # Bytes held: queued and in flight. A batch that fails goes back to the head of the queue
         # still counted, so the bound covers everything the sender holds through an outage.
         self._held_bytes = 0
@@ -272,34 +294,44 @@ class OtlpSender:
         self._closing = False
         self._failed_in_a_row = 0
         self._paused_until = 0.0  # after a failed attempt every sender waits until then
-        self._ok = metrics.exported_spans.labels(exporter=exporter, outcome="ok")
-        self._failed = metrics.exported_spans.labels(exporter=exporter, outcome="failed")
+        self._exporters = {signal: exporter if signal == settings.signal else CARRIED_EXPORTERS[signal]
+                           for signal in settings.signals}
+        self._ok = {signal: metrics.exported_spans.labels(exporter=name, outcome="ok")
+                    for signal, name in self._exporters.items()}
+        self._failed = {signal: metrics.exported_spans.labels(exporter=name, outcome="failed")
+                        for signal, name in self._exporters.items()}
 
     # -- input (never blocks, never grows past the bound) --
 
-    def forward_raw(self, body: bytes, spans: int) -> bool:
-        """Queues serialized ExportTraceServiceRequest bytes. False when dropped. A full queue
-        makes room by dropping its oldest items (`queue_full`): the newest data is what a
-        downstream that comes back most wants."""
+    def forward_raw(self, body: bytes, spans: int, signal: str | None = None) -> bool:
+        """Queues a serialized export request of `signal` (the sender's own by default) holding
+        `spans` items. False when dropped. A full queue makes room by dropping its oldest items
+        (`queue_full`): the newest data is what a downstream that comes back most wants."""
+        signal = signal or self.settings.signal
+        if signal not in self._queues:
+            raise ValueError(f"this sender does not carry {signal}")
         if self._closing:
-            self._drop("shutdown", spans)
+            self._drop(signal, "shutdown", spans)
             return False
-        if self.unsupported is not None:
-            self._drop("unsupported", spans)
+        if self._refused(signal):
+            self._drop(signal, "unsupported", spans)
             return False
         limit = self.settings.max_queue_bytes
         if len(body) > limit:  # could never fit: the queued data stays
-            self._drop("queue_full", spans)
+            self._drop(signal, "queue_full", spans)
             return False
         self._expire()
-        while self._queue and self._held_bytes + len(body) > limit:
-            oldest = self._queue.popleft()
-            self._held_bytes -= len(oldest.body)
-            self._drop("queue_full", oldest.spans)
+        while self._held_bytes + len(body) > limit:
+            oldest = self._oldest()
+            if oldest is None:
+                break
+            item = oldest.popleft()
+            self._held_bytes -= len(item.body)
+            self._drop(item.signal, "queue_full", item.spans)
         if self._held_bytes + len(body) > limit:  # what is left is in flight
-            self._drop("queue_full", spans)
+            self._drop(signal, "queue_full", spans)
             return False
-        self._queue.append(_Item(body, spans, self._clock() + self.settings.deadline_s))
+        self._queues[signal].append(_Item(body, spans, self._clock() + self.settings.deadline_s, signal))
         self._held_bytes += len(body)
         self._wakeup.set()
         return True
@@ -308,6 +340,16 @@ class OtlpSender:
     def queued_bytes(self) -> int:
         """Bytes held: waiting in the queue or being sent."""
         return self._held_bytes
+
+    def queued(self, signal: str | None = None) -> list[bytes]:
+        """The bodies waiting to be sent, oldest first (of `signal`, the own one by default)."""
+        return [item.body for item in self._queues[signal or self.settings.signal]]
+
+    def _refused(self, signal: str) -> bool:
+        if signal == self.settings.signal:
+            return self.unsupported is not None
+        until = self._refused_until.get(signal)
+        return until is not None and self._clock() < until
 
     # -- lifecycle --
 
@@ -324,13 +366,14 @@ class OtlpSender:
         self._closing = True
         self._paused_until = min(self._paused_until, self._clock())  # one more try for what is queued
         self._wakeup.set()
-        while (self._queue or self._in_flight) and deadline.left() > 0 and self._tasks:
+        while (self._waiting() or self._in_flight) and deadline.left() > 0 and self._tasks:
             await asyncio.sleep(0.01)
         await cancelled(*self._tasks)
         self._tasks = []
-        while self._queue:
-            item = self._queue.popleft()
-            self._drop("shutdown", item.spans)
+        for queue in self._queues.values():
+            while queue:
+                item = queue.popleft()
+                self._drop(item.signal, "shutdown", item.spans)
         self._held_bytes = 0
 
     async def close(self) -> None:
@@ -340,28 +383,45 @@ class OtlpSender:
 
     # -- sending --
 
+    def _waiting(self) -> bool:
+        return any(self._queues.values())
+
+    def _oldest(self) -> deque[_Item] | None:
+        """The queue whose head was queued first (deadlines are queueing time + one constant)."""
+        oldest: deque[_Item] | None = None
+        for queue in self._queues.values():
+            if queue and (oldest is None or queue[0].deadline < oldest[0].deadline):
+                oldest = queue
+        return oldest
+
     def _expire(self) -> None:
-        """Drops the items at the head whose deadline passed (the queue is in deadline order)."""
+        """Drops the items at the heads whose deadline passed (each queue is in deadline order)."""
         now = self._clock()
-        while self._queue and self._queue[0].deadline <= now:
-            item = self._queue.popleft()
-            self._held_bytes -= len(item.body)
-            self._drop("expired", item.spans)
+        for queue in self._queues.values():
+            while queue and queue[0].deadline <= now:
+                item = queue.popleft()
+                self._held_bytes -= len(item.body)
+                self._drop(item.signal, "expired", item.spans)
 
     def _take_batch(self) -> list[_Item]:
+        """The oldest item and those of its signal queued after it, up to the batch size."""
         self._expire()
+        queue = self._oldest()
         batch: list[_Item] = []
+        if queue is None:
+            return batch
         size = 0
         limit = self.settings.max_batch_bytes
-        while self._queue and (not batch or size + len(self._queue[0].body) <= limit):
-            item = self._queue.popleft()
+        while queue and (not batch or size + len(queue[0].body) <= limit):
+            item = queue.popleft()
             batch.append(item)
             size += len(item.body)
         return batch
 
     def _give_back(self, batch: list[_Item]) -> None:
-        """A batch that could not go returns to the head of the queue, oldest first, still counted."""
-        self._queue.extendleft(reversed(batch))
+        """A batch that could not go returns to the head of its queue, oldest first, still counted."""
+        if batch:
+            self._queues[batch[0].signal].extendleft(reversed(batch))
         self._wakeup.set()
 
     def _settle(self, batch: list[_Item]) -> int:
@@ -371,9 +431,9 @@ class OtlpSender:
 
     async def _sender(self) -> None:
         while True:
-            while not self._queue or self._paused_until > self._clock():
+            while not self._waiting() or self._paused_until > self._clock():
                 self._wakeup.clear()
-                wait = self._paused_until - self._clock() if self._queue else None
+                wait = self._paused_until - self._clock() if self._waiting() else None
                 # Woken by new data, or when the pause ends (the queue's deadlines are checked then).
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), wait)
@@ -394,19 +454,24 @@ class OtlpSender:
         """One attempt. A failure worth retrying puts the batch back and pauses every sender for
         the backoff; the batch's items then wait for the endpoint until their deadline."""
         assert self._transport is not None
+        signal = batch[0].signal
         try:
-            await self._transport.send([item.body for item in batch])
+            await self._transport.send(signal, [item.body for item in batch])
         except _Rejected as exc:
             spans = self._settle(batch)
+            if exc.unsupported and signal != self.settings.signal:
+                self._drop(signal, "unsupported", spans)
+                self._refuse(signal, str(exc))
+                return
             if exc.unsupported and self._on_unsupported is not None:
-                self._drop("unsupported", spans)
+                self._drop(signal, "unsupported", spans)
                 if self.unsupported is None:
                     self.unsupported = str(exc)
                     self._on_unsupported(str(exc))
                 return
-            self.failures.failed("rejected", f"{spans} items: {exc}")
-            self._failed.inc(spans)
-            self._drop("rejected", spans)
+            self.failures.failed("rejected", f"{spans} {SIGNALS[signal].items}: {exc}")
+            self._failed[signal].inc(spans)
+            self._drop(signal, "rejected", spans)
         except _Retryable as exc:
             delay = self.settings.backoff.delay(self._failed_in_a_row, exc.retry_after_s)
             self._failed_in_a_row += 1
@@ -416,7 +481,24 @@ class OtlpSender:
                                                 f"{self.settings.deadline_s:g} s")
         else:
             self._failed_in_a_row = 0
-            self._ok.inc(self._settle(batch))
+            self._ok[signal].inc(self._settle(batch))
+            if self._refused_until.pop(signal, None) is not None:
+                log.info("%s: %s takes OTLP %s again", self.exporter, self.settings.url, signal)
 
-    def _drop(self, reason: str, spans: int) -> None:
-        self._metrics.export_dropped.labels(exporter=self.exporter, reason=reason).inc(spans)
+    def _refuse(self, signal: str, reason: str) -> None:
+        """The receiver does not take a carried signal: one WARNING, then what is queued of it and
+        what comes for the next few minutes is dropped (counted), and it is tried again."""
+        if signal not in self._refused_until:
+            log.warning("%s does not take OTLP %s (%s): the app's %s are dropped, counted in "
+                        "ctxprec_export_dropped_total{exporter=\"%s\",reason=\"unsupported\"}; tried again every "
+                        "%g s (point --forward-to at an OpenTelemetry Collector to keep them)", self.settings.url,
+                        signal, reason, signal, CARRIED_EXPORTERS[signal], UNSUPPORTED_RETRY_S)
+        self._refused_until[signal] = self._clock() + UNSUPPORTED_RETRY_S
+        queue = self._queues[signal]
+        while queue:
+            item = queue.popleft()
+            self._held_bytes -= len(item.body)
+            self._drop(signal, "unsupported", item.spans)
+
+    def _drop(self, signal: str, reason: str, spans: int) -> None:
+        self._metrics.export_dropped.labels(exporter=self._exporters[signal], reason=reason).inc(spans)

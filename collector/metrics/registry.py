@@ -78,6 +78,13 @@ class Metrics:
 
         # -- scores, judge, drift --
         self.spans_received = Counter("ctxprec_spans_received", "Spans received, by receiver.", ["receiver"], registry=r)
+        # The other OTLP signals, passed on to --forward-to (counted as exporters log_forwarder and
+        # metric_forwarder in ctxprec_exported_spans_total / ctxprec_export_dropped_total).
+        self.log_records_received = Counter(
+            "ctxprec_log_records_received", "OTLP log records received, by receiver.", ["receiver"], registry=r)
+        self.metric_points_received = Counter(
+            "ctxprec_metric_data_points_received", "OTLP metric data points received, by receiver.", ["receiver"],
+            registry=r)
         self.samples = Counter("ctxprec_samples", "Retrievals by final decision.", ["service", "decision"], registry=r)
         self.context_precision = Histogram(
             "ctxprec_context_precision", "Context precision (MAP) per scored retrieval, divided by scale.",
@@ -154,13 +161,18 @@ class Metrics:
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
         self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        self.late_log_records = Counter(
+            "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was decided "
+            "(the answer or prompt they carry was not read).", registry=r)
         self.contexts_dropped = Counter(
             "ctxprec_contexts_dropped", "Retrieved contexts beyond the per-retrieval cap, not scored.", registry=r)
         self.buffered_bytes = Gauge("ctxprec_buffered_bytes", "Approximate bytes held by the assembly buffer.", registry=r)
         self.exported_spans = Counter(
-            "ctxprec_exported_spans", "Spans written downstream, by exporter and outcome.", ["exporter", "outcome"], registry=r)
+            "ctxprec_exported_spans", "Spans written downstream, by exporter and outcome (log records for "
+            "log_forwarder and evaluator_logs, data points for metric_forwarder).", ["exporter", "outcome"], registry=r)
         self.export_dropped = Counter(
-            "ctxprec_export_dropped", "Spans or records dropped by an exporter, by reason.", ["exporter", "reason"], registry=r)
+            "ctxprec_export_dropped", "Spans or records dropped by an exporter, by reason (log records for "
+            "log_forwarder and evaluator_logs, data points for metric_forwarder).", ["exporter", "reason"], registry=r)
         self.kafka_lag = Gauge("ctxprec_kafka_consumer_lag", "Kafka consumer lag in messages.", ["topic", "partition"], registry=r)
         self.kafka_dead_letters = Counter(
             "ctxprec_kafka_dead_letters", "Kafka messages sent to the dead-letter topic, by reason.", ["reason"], registry=r)
@@ -204,19 +216,28 @@ class Metrics:
         self.resolver_cache_bytes = Gauge(
             "ctxprec_resolver_cache_bytes", "Bytes of resolved texts held for reuse.", registry=r)
 
+    def signal_received(self, signal: str, receiver: str) -> Counter:
+        """The receipt counter of an OTLP signal (`traces`, `logs`, `metrics`) for `receiver`."""
+        family = {"traces": self.spans_received, "logs": self.log_records_received,
+                  "metrics": self.metric_points_received}[signal]
+        return family.labels(receiver=receiver)
+
     def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str],
                       fallback_reasons: Iterable[str] = (), cluster_outcomes: Iterable[str] = (),
                       shared_cache_outcomes: Iterable[tuple[str, str]] = (),
                       resolver_sources: Iterable[str] = ()) -> None:
         """Create, at 0, the series whose label values are all known at start: errors of the
-        configured receivers by reason, the configured judge's requests by outcome (and its
-        latency histogram), for the local judge its fallbacks by reason, with cluster learning its
-        records by outcome, with a shared verdict cache its reads and writes by outcome, with document
-        resolvers each source's lookups, ids and unresolved retrievals. Series labelled by service
-        appear with their service."""
+        configured receivers by reason (and the OTLP receivers' log records and data points), the
+        configured judge's requests by outcome (and its latency histogram), for the local judge its
+        fallbacks by reason, with cluster learning its records by outcome, with a shared verdict
+        cache its reads and writes by outcome, with document resolvers each source's lookups, ids
+        and unresolved retrievals. Series labelled by service appear with their service."""
         for receiver in receivers:
             for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
                 self.receiver_errors.labels(receiver=receiver, reason=reason)
+            if receiver.startswith("otlp_"):  # logs and metrics come over OTLP only
+                self.signal_received("logs", receiver)
+                self.signal_received("metrics", receiver)
         for outcome in judge_outcomes:
             self.judge_requests.labels(model=judge_model, outcome=outcome)
         self.judge_latency.labels(model=judge_model)

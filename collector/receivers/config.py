@@ -36,10 +36,11 @@ class ReceiversConfig(BaseModel):
 
     # Loopback by default, as the OpenTelemetry Collector's receivers: an app in the same pod or
     # on the same host reaches it; anything else is an explicit choice of address.
-    otlp_grpc: Listen = setting("127.0.0.1:4317", "OTLP/gRPC listen address, or off; 0.0.0.0:4317 to accept "
-                                                  "other hosts", flag="--otlp-grpc")
-    otlp_http: Listen = setting("127.0.0.1:4318", "OTLP/HTTP listen address (/v1/traces, protobuf and JSON), or "
-                                                  "off; 0.0.0.0:4318 to accept other hosts", flag="--otlp-http")
+    otlp_grpc: Listen = setting("127.0.0.1:4317", "OTLP/gRPC listen address (traces, logs, metrics), or off; "
+                                                  "0.0.0.0:4317 to accept other hosts", flag="--otlp-grpc")
+    otlp_http: Listen = setting("127.0.0.1:4318", "OTLP/HTTP listen address (/v1/traces, /v1/logs, /v1/metrics, "
+                                                  "protobuf and JSON), or off; 0.0.0.0:4318 to accept other hosts",
+                                flag="--otlp-http")
     auth_token: OptionalText = setting(None, "require 'Authorization: Bearer TOKEN' on OTLP requests",
                                        flag="--receiver-auth-token", secret=True)
     auth_token_file: ReadableFile = setting(None, "as --receiver-auth-token, read from this file (a mounted secret)",
@@ -49,8 +50,8 @@ class ReceiversConfig(BaseModel):
     tls_client_ca: ReadableFile = setting(
         None, "CA (PEM) that OTLP clients' certificates must be signed by (mTLS); needs --receiver-tls-cert",
         flag="--receiver-tls-client-ca")
-    max_request_mb: Positive = setting(16.0, "largest OTLP request accepted (compressed and decompressed), MB",
-                                       flag="--max-request-mb")
+    max_request_mb: Positive = setting(16.0, "largest OTLP request accepted (compressed and decompressed; traces, "
+                                             "logs and metrics), MB", flag="--max-request-mb")
     max_spans_per_request: Count = setting(
         100_000, "spans in one OTLP request at most (the SDKs send 512); a larger request is refused (HTTP 413, "
                  "gRPC RESOURCE_EXHAUSTED) and counted", flag="--max-spans-per-request")

@@ -1,8 +1,9 @@
-"""Wire bytes -> `ExportTraceServiceRequest`, for OTLP/HTTP, OTLP/gRPC and Kafka payloads.
+"""Wire bytes -> `ExportTraceServiceRequest` (or the logs and metrics export requests: `signal`),
+for OTLP/HTTP, OTLP/gRPC and Kafka payloads.
 
 Protobuf and OTLP/JSON are accepted. OTLP/JSON differs from the generic proto3 JSON mapping in
-one way that matters: trace and span ids are hex strings, not base64, so they are rewritten
-before `json_format` reads the document. Everything that can go wrong with untrusted input ends
+one way that matters: trace and span ids (of spans, links, log records, metric exemplars) are
+hex strings, not base64, so they are rewritten before `json_format` reads the document. Everything that can go wrong with untrusted input ends
 in a `DecodeError` that names the problem and carries the HTTP status to answer with; the gzip
 path stops at `max_bytes` of output so a small compressed body cannot expand without bound.
 """
@@ -12,10 +13,11 @@ import asyncio
 import base64
 import json
 import zlib
-from typing import Any
+from typing import Any, Iterator
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
+from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES, Signal
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -32,7 +34,7 @@ _ID_LENGTHS = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "parent
 
 
 class DecodeError(Exception):
-    """Input that cannot be turned into spans. `http_status` is 400, 413 or 415; `reason` is the
+    """Input that cannot be turned into spans (log records, data points). `http_status` is 400, 413 or 415; `reason` is the
     bounded label used for `ctxprec_receiver_errors_total{reason}`."""
 
     def __init__(self, message: str, http_status: int = 400, reason: str | None = None) -> None:
@@ -59,10 +61,12 @@ def decode_export_request(body: bytes, *, content_type: str, content_encoding: s
 
 
 def decode_with_raw(body: bytes, *, content_type: str, content_encoding: str | None,
-                    max_bytes: int, max_spans: int | None = None) -> tuple[ExportTraceServiceRequest, bytes | None]:
+                    max_bytes: int, max_spans: int | None = None,
+                    signal: Signal = SIGNALS[TRACES]) -> tuple[Any, bytes | None]:
     """Like `decode_export_request`, also returning the uncompressed protobuf bytes (None for
     JSON) so that span-mode forwarding can pass them on untouched. A request of more than
-    `max_spans` spans is a 413 (`too_many_spans`); OTLP/JSON is counted before it is converted."""
+    `max_spans` spans is a 413 (`too_many_spans`); OTLP/JSON is counted before it is converted.
+    `signal` names the export request to read (traces by default); `max_spans` counts spans only."""
     kind = media_type(content_type)
     if kind not in PROTOBUF_TYPES and kind not in JSON_TYPES:
         raise DecodeError(
@@ -70,26 +74,29 @@ def decode_with_raw(body: bytes, *, content_type: str, content_encoding: str | N
     if len(body) > max_bytes:
         raise DecodeError(f"request body of {len(body)} bytes is over the limit of {max_bytes} bytes", 413)
     body = decompress(body, content_encoding, max_bytes)
+    if signal.name != TRACES:
+        max_spans = None
     if kind in JSON_TYPES:
-        return _decode_json(body, max_spans), None
-    request = _decode_protobuf(body)
+        return _decode_json(body, max_spans, signal), None
+    request = _decode_protobuf(body, signal)
     if max_spans is not None:
-        _check_span_count(sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans), max_spans)
+        _check_span_count(signal.count(request), max_spans)
     return request, body
 
 
 async def decode_sharing_loop(body: bytes, *, content_type: str, content_encoding: str | None,
-                              max_bytes: int, max_spans: int | None = None
-                              ) -> tuple[ExportTraceServiceRequest, bytes | None]:
+                              max_bytes: int, max_spans: int | None = None,
+                              signal: Signal = SIGNALS[TRACES]) -> tuple[Any, bytes | None]:
     """`decode_with_raw` for the receivers, which run on the event loop. Protobuf is parsed in C
     (16 MB in about 40 ms) and stays on the loop; OTLP/JSON above a few KB is converted in a
     worker thread: json_format is Python, seconds for a large request, and in a thread the
     interpreter still hands the loop its turns."""
     if is_json(content_type) and (len(body) > JSON_ON_LOOP_BYTES or (content_encoding or "identity") != "identity"):
         return await asyncio.to_thread(decode_with_raw, body, content_type=content_type,
-                                       content_encoding=content_encoding, max_bytes=max_bytes, max_spans=max_spans)
+                                       content_encoding=content_encoding, max_bytes=max_bytes, max_spans=max_spans,
+                                       signal=signal)
     return decode_with_raw(body, content_type=content_type, content_encoding=content_encoding, max_bytes=max_bytes,
-                           max_spans=max_spans)
+                           max_spans=max_spans, signal=signal)
 
 
 def _check_span_count(count: int, max_spans: int) -> None:
@@ -121,20 +128,20 @@ def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> byt
     return out
 
 
-def _decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
+def _decode_protobuf(body: bytes, signal: Signal) -> Any:
+    request = signal.request()
+    name = signal.request.__name__
     try:
         request.ParseFromString(body)
     except ProtobufDecodeError as exc:
-        raise DecodeError(f"body is not a valid protobuf ExportTraceServiceRequest ({exc}); "
-                          f"truncated or not protobuf?", 400) from None
+        raise DecodeError(f"body is not a valid protobuf {name} ({exc}); truncated or not protobuf?", 400) from None
     except Exception as exc:  # noqa: BLE001 - whatever the parser raises, the body is what is wrong
-        raise DecodeError(f"body is not a valid protobuf ExportTraceServiceRequest "
-                          f"({type(exc).__name__}: {str(exc)[:200]})", 400) from None
+        raise DecodeError(f"body is not a valid protobuf {name} ({type(exc).__name__}: {str(exc)[:200]})",
+                          400) from None
     return request
 
 
-def _decode_json(body: bytes, max_spans: int | None = None) -> ExportTraceServiceRequest:
+def _decode_json(body: bytes, max_spans: int | None, signal: Signal) -> Any:
     try:
         document = json.loads(body)
     except UnicodeDecodeError as exc:
@@ -153,8 +160,8 @@ def _decode_json(body: bytes, max_spans: int | None = None) -> ExportTraceServic
         _check_span_count(sum(len(_list(ss, "spans")) for rs in _list(document, "resourceSpans", "resource_spans")
                               if isinstance(rs, dict) for ss in _list(rs, "scopeSpans", "scope_spans")
                               if isinstance(ss, dict)), max_spans)
-    _rewrite_ids(document)
-    request = ExportTraceServiceRequest()
+    _rewrite_ids(document, signal)
+    request = signal.request()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -168,23 +175,45 @@ def _decode_json(body: bytes, max_spans: int | None = None) -> ExportTraceServic
     return request
 
 
-def _rewrite_ids(document: dict[str, Any]) -> None:
-    """Hex ids -> base64 in place, for spans and their links. Wrong shapes are left alone for
-    json_format to report with its field path."""
-    for ri, resource_spans in enumerate(_list(document, "resourceSpans", "resource_spans")):
-        if not isinstance(resource_spans, dict):
-            continue
-        for si, scope_spans in enumerate(_list(resource_spans, "scopeSpans", "scope_spans")):
-            if not isinstance(scope_spans, dict):
-                continue
-            for pi, span in enumerate(_list(scope_spans, "spans")):
-                if not isinstance(span, dict):
+def _rewrite_ids(document: dict[str, Any], signal: Signal) -> None:
+    """Hex ids -> base64 in place: of spans and their links, of log records, of metric data
+    points' exemplars. Wrong shapes are left alone for json_format to report with its field path."""
+    for where, item in _items(document, signal):
+        if signal.name == TRACES:
+            _hex_ids_to_base64(item, where)
+            for li, link in enumerate(_list(item, "links")):
+                if isinstance(link, dict):
+                    _hex_ids_to_base64(link, f"{where}.links[{li}]")
+        elif signal.name == LOGS:
+            _hex_ids_to_base64(item, where)
+        elif signal.name == METRICS:
+            for kind in _METRIC_KINDS:
+                data = item.get(kind)
+                if not isinstance(data, dict):
                     continue
-                where = f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
-                _hex_ids_to_base64(span, where)
-                for li, link in enumerate(_list(span, "links")):
-                    if isinstance(link, dict):
-                        _hex_ids_to_base64(link, f"{where}.links[{li}]")
+                for pi, point in enumerate(_list(data, "dataPoints", "data_points")):
+                    if not isinstance(point, dict):
+                        continue
+                    for ei, exemplar in enumerate(_list(point, "exemplars")):
+                        if isinstance(exemplar, dict):
+                            _hex_ids_to_base64(exemplar, f"{where}.{kind}.dataPoints[{pi}].exemplars[{ei}]")
+
+
+_METRIC_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "exponential_histogram", "summary")
+
+
+def _items(document: dict[str, Any], signal: Signal) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, item) of every span, log record or metric of an OTLP/JSON document."""
+    (outer, outer_proto), (scope, scope_proto), (items, items_proto) = signal.json_lists
+    for ri, resource in enumerate(_list(document, outer, outer_proto)):
+        if not isinstance(resource, dict):
+            continue
+        for si, scoped in enumerate(_list(resource, scope, scope_proto)):
+            if not isinstance(scoped, dict):
+                continue
+            for pi, item in enumerate(_list(scoped, items, items_proto)):
+                if isinstance(item, dict):
+                    yield f"{outer}[{ri}].{scope}[{si}].{items}[{pi}]", item
 
 
 def _list(obj: dict[str, Any], *keys: str) -> list[Any]:

@@ -1,9 +1,10 @@
-"""OTLP/gRPC receiver: opentelemetry.proto.collector.trace.v1.TraceService/Export on
-`--otlp-grpc` (default 0.0.0.0:4317).
+"""OTLP/gRPC receiver: the `Export` methods of opentelemetry.proto.collector's TraceService,
+LogsService and MetricsService on `--otlp-grpc` (default 127.0.0.1:4317). Logs and metrics get
+the same limits, auth and TLS as traces and go to the `SignalConsumer`.
 
-The method is registered with no request deserializer, so the handler gets the message bytes:
+The methods are registered with no request deserializer, so the handler gets the message bytes:
 they are decoded by the same function as every other input (one set of error messages) and
-passed on to span-mode forwarding untouched.
+passed on to forwarding untouched.
 
 The listeners' limits (listener_limits.py) become gRPC's own connection settings: a client must
 finish the connection handshake within the header timeout, a connection with no call for the
@@ -17,18 +18,15 @@ import logging
 from typing import Any
 
 import grpc
-from ctxprec.collector.components import Deadline, TraceConsumer
+from ctxprec.collector.components import Deadline, SignalConsumer, TraceConsumer
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES, Signal
 from ctxprec.collector.receivers.config import OtlpReceiverSettings
 from ctxprec.collector.receivers.otlp_decode import DecodeError, decode_with_raw
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 log = logging.getLogger(__name__)
 
 RECEIVER = "otlp_grpc"
-SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _PROTOBUF = "application/x-protobuf"
 # Messages a little over the limit still reach the handler, so they are counted and answered
 # with our message; far bigger ones are refused by gRPC itself.
@@ -44,13 +42,16 @@ KEEPALIVE_TIMEOUT_S = 20
 
 
 class OtlpGrpcReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings) -> None:
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings,
+                 signals: SignalConsumer | None = None) -> None:
+        """`signals` takes logs and metrics (LogsService, MetricsService); without it only traces are served."""
         self.host, self.requested_port = settings.host, settings.port
         self.max_bytes = settings.max_bytes
         self.max_spans = settings.max_spans
         self.limits = settings.limits
         self.security = settings.security
         self._target = target
+        self._signals = signals
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
@@ -68,12 +69,8 @@ class OtlpGrpcReceiver:
             ("grpc.max_connection_age_grace_ms", _ms(MAX_CONNECTION_AGE_GRACE_S)),
             ("grpc.max_allowed_incoming_connections", limits.max_connections),
         ])
-        handler = grpc.method_handlers_generic_handler(SERVICE, {
-            "Export": grpc.unary_unary_rpc_method_handler(
-                self._export, request_deserializer=None,
-                response_serializer=ExportTraceServiceResponse.SerializeToString),
-        })
-        server.add_generic_rpc_handlers((handler,))
+        signals = (TRACES, LOGS, METRICS) if self._signals is not None else (TRACES,)
+        server.add_generic_rpc_handlers(tuple(self._handler(SIGNALS[name]) for name in signals))
         address = f"{self.host}:{self.requested_port}"
         credentials = self.security.grpc_server_credentials()
         if credentials is not None:
@@ -97,7 +94,16 @@ class OtlpGrpcReceiver:
     def listening(self) -> bool:
         return self._server is not None
 
-    async def _export(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
+    def _handler(self, signal: Signal) -> grpc.GenericRpcHandler:
+        async def export(body: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await self._export(body, context, signal)
+
+        return grpc.method_handlers_generic_handler(signal.grpc_service, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                export, request_deserializer=None, response_serializer=signal.response.SerializeToString),
+        })
+
+    async def _export(self, body: bytes, context: grpc.aio.ServicerContext, signal: Signal) -> Any:
         security = self.security
         if security.bearer_token is not None:
             header = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
@@ -106,17 +112,21 @@ class OtlpGrpcReceiver:
                                   "unauthenticated")
         try:
             request, raw = decode_with_raw(body, content_type=_PROTOBUF, content_encoding=None,
-                                           max_bytes=self.max_bytes, max_spans=self.max_spans)
+                                           max_bytes=self.max_bytes, max_spans=self.max_spans, signal=signal)
         except DecodeError as exc:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.http_status == 413 else grpc.StatusCode.INVALID_ARGUMENT
             await self._abort(context, code, exc.message, exc.reason)
         try:
-            await self._target.ingest(request, receiver=RECEIVER, raw=raw)
+            if signal.name == TRACES:
+                await self._target.ingest(request, receiver=RECEIVER, raw=raw)
+            else:
+                assert self._signals is not None
+                await self._signals.ingest_signal(signal.name, request, receiver=RECEIVER, raw=raw)
         except Exception:
-            log.exception("OTLP/gRPC: ingest failed")
+            log.exception("OTLP/gRPC: ingest of %s failed", signal.name)
             await self._abort(context, grpc.StatusCode.INTERNAL,
-                              "internal error while ingesting spans; see the sidecar log", "internal")
-        return ExportTraceServiceResponse()
+                              f"internal error while ingesting {signal.items}; see the sidecar log", "internal")
+        return signal.response()
 
     async def _abort(self, context: Any, code: grpc.StatusCode, message: str, reason: str) -> None:
         self._metrics.receiver_errors.labels(receiver=RECEIVER, reason=reason).inc()

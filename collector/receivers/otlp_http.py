@@ -1,6 +1,8 @@
-"""OTLP/HTTP receiver: POST /v1/traces, protobuf or JSON (port 4318 by default).
+"""OTLP/HTTP receiver: POST /v1/traces, /v1/logs and /v1/metrics, protobuf or JSON (port 4318 by
+default). Logs and metrics get the same size limit, auth and TLS as traces and go to the
+`SignalConsumer` (assembly, which passes them on to the forwarder).
 
-Responses follow OTLP/HTTP: an `ExportTraceServiceResponse` in the request's encoding on
+Responses follow OTLP/HTTP: the signal's export response in the request's encoding on
 success, a `google.rpc.Status` with a message on error (400 bad body, 401 missing token, 408 body
 too slow, 413 too large or too many spans, 415 unsupported type). aiohttp's own request
 decompression is off: the decoder inflates gzip itself with a bound on the output, so a small
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
+
 from aiohttp import web
-from ctxprec.collector.components import Deadline, TraceConsumer
+from ctxprec.collector.components import Deadline, SignalConsumer, TraceConsumer
 from ctxprec.collector.listeners import BodyRefused, ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
+from ctxprec.collector.otlp.signals import LOGS, METRICS, SIGNALS, TRACES, Signal
 from ctxprec.collector.receivers.config import OtlpReceiverSettings
 from ctxprec.collector.receivers.otlp_decode import (
     DecodeError,
@@ -24,9 +29,6 @@ from ctxprec.collector.receivers.otlp_decode import (
     media_type,
 )
 from google.rpc import code_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ _GRPC_CODE = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 408
 
 
 class OtlpHttpReceiver:
-    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings) -> None:
+    def __init__(self, target: TraceConsumer, *, metrics: Metrics, settings: OtlpReceiverSettings,
+                 signals: SignalConsumer | None = None) -> None:
+        """`signals` takes logs and metrics (/v1/logs, /v1/metrics); without it only traces are served."""
         self.host, self.requested_port = settings.host, settings.port
         self.max_bytes = settings.max_bytes
         self.max_spans = settings.max_spans
@@ -46,13 +50,15 @@ class OtlpHttpReceiver:
         self.guard = ListenerGuard(RECEIVER, settings.limits, metrics, max_body_bytes=self.max_bytes,
                                    refusal=self._refusal)
         self._target = target
+        self._signals = signals
         self._metrics = metrics
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
         app = web.Application(client_max_size=self.max_bytes, middlewares=[self.guard.middleware])
-        app.router.add_post("/v1/traces", self._traces)
+        for name in (TRACES, LOGS, METRICS) if self._signals is not None else (TRACES,):
+            app.router.add_post(SIGNALS[name].http_path, self._export_handler(SIGNALS[name]))
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, handle_signals=False,
                                      **self.guard.runner_options())
         await self._runner.setup()
@@ -72,7 +78,13 @@ class OtlpHttpReceiver:
     def listening(self) -> bool:
         return self._runner is not None
 
-    async def _traces(self, request: web.Request) -> web.Response:
+    def _export_handler(self, signal: Signal) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            return await self._export(request, signal)
+
+        return handle
+
+    async def _export(self, request: web.Request, signal: Signal) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
         as_json = is_json(content_type)
         if not self.security.authorized(request.headers.get("Authorization")):
@@ -84,18 +96,24 @@ class OtlpHttpReceiver:
         try:
             decoded, raw = await decode_sharing_loop(body, content_type=content_type,
                                                      content_encoding=request.headers.get("Content-Encoding"),
-                                                     max_bytes=self.max_bytes, max_spans=self.max_spans)
+                                                     max_bytes=self.max_bytes, max_spans=self.max_spans,
+                                                     signal=signal)
         except DecodeError as exc:
             unsupported = exc.http_status == 415 and media_type(content_type) not in (PROTOBUF, JSON)
             return self._error(exc.http_status, exc.message, as_json or unsupported, exc.reason)
         try:
-            await self._target.ingest(decoded, receiver=RECEIVER, raw=raw)
+            if signal.name == TRACES:
+                await self._target.ingest(decoded, receiver=RECEIVER, raw=raw)
+            else:
+                assert self._signals is not None
+                await self._signals.ingest_signal(signal.name, decoded, receiver=RECEIVER, raw=raw)
         except Exception:
-            log.exception("OTLP/HTTP: ingest failed")
-            return self._error(500, "internal error while ingesting spans; see the sidecar log", as_json, "internal")
+            log.exception("OTLP/HTTP: ingest of %s failed", signal.name)
+            return self._error(500, f"internal error while ingesting {signal.items}; see the sidecar log", as_json,
+                               "internal")
         if as_json:
             return web.Response(body=b"{}", content_type=JSON)
-        return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type=PROTOBUF)
+        return web.Response(body=signal.response().SerializeToString(), content_type=PROTOBUF)
 
     def _refusal(self, request: web.Request, status: int, message: str) -> web.Response:
         """A request the listener refused before reading it (a Content-Length over the limit)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 from ctxprec.collector import config as config_module
@@ -28,15 +27,6 @@ def parse(*flags: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     config_module.add_arguments(parser)
     return parser.parse_args(list(flags))
-
-
-@pytest.fixture
-async def capture() -> AsyncIterator[OtlpCapture]:
-    cap = await OtlpCapture().start()
-    try:
-        yield cap
-    finally:
-        await cap.stop()
 
 
 def test_values_come_literally_from_the_environment_or_from_a_file(tmp_path: Path) -> None:
@@ -79,9 +69,10 @@ def test_a_line_break_in_a_value_is_refused_without_showing_it(tmp_path: Path) -
 
 def test_otel_environment_headers_follow_the_specification() -> None:
     env = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=key%20one,x-team = search , broken, =novalue",
-           "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-logs=1"}
+           "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-logs=1", "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-metrics=2"}
     assert otel_env_headers("traces", env) == {"api-key": "key one", "x-team": "search"}
     assert otel_env_headers("logs", env) == {"x-logs": "1"}  # the signal's own variable replaces the shared one
+    assert otel_env_headers("metrics", env) == {"x-metrics": "2"}
     # --forward-header wins for a name given in both, whatever its case.
     assert export_headers((("API-Key", "mine"),), "traces", env) == {"api-key": "mine", "x-team": "search"}
 

@@ -66,15 +66,6 @@ class Mode:
 
 
 @pytest.fixture
-async def capture() -> AsyncIterator[OtlpCapture]:
-    cap = await OtlpCapture().start()
-    try:
-        yield cap
-    finally:
-        await cap.stop()
-
-
-@pytest.fixture
 async def make_mode(capture: OtlpCapture) -> AsyncIterator[Callable[..., Awaitable[Mode]]]:
     modes: list[Mode] = []
 
@@ -297,7 +288,7 @@ async def test_forwarder_drops_are_bounded_and_counted(capture: OtlpCapture) -> 
     try:
         assert all(fw.forward_raw(body, 3) for body in bodies)
         assert dropped("queue_full") == 24
-        assert [item.body for item in fw._queue] == bodies[-2:]
+        assert fw.queued() == bodies[-2:]
         await asyncio.sleep(0.3)
         assert dropped("expired") == 0 and fw.queued_bytes == len(bodies[-2]) + len(bodies[-1])
         deadline = time.monotonic() + 10

@@ -1,4 +1,5 @@
-"""A real OTLP receiver for tests: traces and logs, over gRPC and HTTP (protobuf, gzip or not).
+"""A real OTLP receiver for tests: traces, logs and metrics, over gRPC and HTTP (protobuf, gzip or
+not).
 
 It records what it receives and lets a test wait for it:
 
@@ -10,7 +11,9 @@ It records what it receives and lets a test wait for it:
     await capture.stop()
 
 `fail_next(n, http_status=503)` makes the next n trace requests fail (retry tests). It decodes
-with plain protobuf, independent of the code under test.
+with plain protobuf, independent of the code under test. Every request body is kept per signal
+(`bodies`, `log_bodies`, `metric_bodies`, uncompressed), so a test can compare what arrived with
+what was sent, byte for byte.
 """
 from __future__ import annotations
 
@@ -25,6 +28,10 @@ from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -80,15 +87,35 @@ class CapturedLog:
         return getattr(self.record, "event_name", "") or str(self.attributes.get("event.name", ""))
 
 
+@dataclass
+class CapturedMetric:
+    metric: Any  # opentelemetry.proto.metrics.v1.Metric
+    resource: dict[str, Any]
+    via: str
+
+    @property
+    def name(self) -> str:
+        return self.metric.name
+
+    @property
+    def data_points(self) -> int:
+        kind = self.metric.WhichOneof("data")
+        return len(getattr(self.metric, kind).data_points) if kind else 0
+
+
 class OtlpCapture:
-    def __init__(self, *, record_bodies: bool = True, logs: bool = True) -> None:
+    def __init__(self, *, record_bodies: bool = True, logs: bool = True, metrics: bool = True) -> None:
         """`logs=False` acts as a traces-only backend (Arize Phoenix does): /v1/logs answers 405
-        and the gRPC LogsService is UNIMPLEMENTED."""
+        and the gRPC LogsService is UNIMPLEMENTED; `metrics=False` the same for metrics."""
         self.accept_logs = logs
+        self.accept_metrics = metrics
         self.log_requests = 0  # log export attempts, refused ones included
         self.spans: list[CapturedSpan] = []
         self.logs: list[CapturedLog] = []
+        self.metrics: list[CapturedMetric] = []
         self.bodies: list[bytes] = []  # uncompressed trace request bodies, in arrival order
+        self.log_bodies: list[bytes] = []
+        self.metric_bodies: list[bytes] = []
         # Request headers (HTTP) or metadata (gRPC) of each trace request, names in lower case.
         self.headers: list[dict[str, str]] = []
         self.requests = 0
@@ -109,8 +136,12 @@ class OtlpCapture:
         if self.accept_logs:
             app.router.add_post("/v1/logs", self._http_logs)
         else:
-            app.router.add_get("/v1/logs", self._count_refused_log)
+            app.router.add_get("/v1/logs", self._get_only)
             app.middlewares.append(self._count_log_posts)
+        if self.accept_metrics:
+            app.router.add_post("/v1/metrics", self._http_metrics)
+        else:
+            app.router.add_get("/v1/metrics", self._get_only)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, 0)
@@ -125,8 +156,14 @@ class OtlpCapture:
         if self.accept_logs:
             handlers.append(grpc.method_handlers_generic_handler("opentelemetry.proto.collector.logs.v1.LogsService", {
                 "Export": grpc.unary_unary_rpc_method_handler(
-                    self._grpc_logs, request_deserializer=ExportLogsServiceRequest.FromString,
+                    self._grpc_logs, request_deserializer=None,
                     response_serializer=ExportLogsServiceResponse.SerializeToString)}))
+        if self.accept_metrics:
+            handlers.append(grpc.method_handlers_generic_handler(
+                "opentelemetry.proto.collector.metrics.v1.MetricsService", {
+                    "Export": grpc.unary_unary_rpc_method_handler(
+                        self._grpc_metrics, request_deserializer=None,
+                        response_serializer=ExportMetricsServiceResponse.SerializeToString)}))
         server.add_generic_rpc_handlers(tuple(handlers))
         self.grpc_port = server.add_insecure_port(f"{host}:0")
         await server.start()
@@ -175,6 +212,15 @@ class OtlpCapture:
         await self._wait(lambda: len(self.logs) >= n, timeout, lambda: f"{n} log records, got {len(self.logs)}")
         return self.logs
 
+    async def wait_for_metrics(self, data_points: int, timeout: float = 10.0) -> list[CapturedMetric]:
+        """Waits until at least `data_points` metric data points arrived."""
+        def points() -> int:
+            return sum(m.data_points for m in self.metrics)
+
+        await self._wait(lambda: points() >= data_points, timeout,
+                         lambda: f"{data_points} metric data points, got {points()}")
+        return self.metrics
+
     async def _wait(self, ready: Any, timeout: float, what: Any) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
@@ -203,13 +249,27 @@ class OtlpCapture:
                                                    {kv.key: plain(kv.value) for kv in span.attributes}))
         self._changed.set()
 
-    def _record_logs(self, request: ExportLogsServiceRequest, via: str) -> None:
+    def _record_logs(self, body: bytes, via: str) -> None:
+        request = ExportLogsServiceRequest.FromString(body)
+        if self.record_bodies:
+            self.log_bodies.append(body)
         for rl in request.resource_logs:
             resource = {kv.key: plain(kv.value) for kv in rl.resource.attributes}
             for sl in rl.scope_logs:
                 for record in sl.log_records:
                     self.logs.append(CapturedLog(record, resource, via,
                                                  {kv.key: plain(kv.value) for kv in record.attributes}))
+        self._changed.set()
+
+    def _record_metrics(self, body: bytes, via: str) -> None:
+        request = ExportMetricsServiceRequest.FromString(body)
+        if self.record_bodies:
+            self.metric_bodies.append(body)
+        for rm in request.resource_metrics:
+            resource = {kv.key: plain(kv.value) for kv in rm.resource.attributes}
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    self.metrics.append(CapturedMetric(metric, resource, via))
         self._changed.set()
 
     async def _http_body(self, request: web.Request) -> bytes:
@@ -232,13 +292,19 @@ class OtlpCapture:
             self.log_requests += 1
         return await handler(request)
 
-    async def _count_refused_log(self, request: web.Request) -> web.Response:
+    async def _get_only(self, request: web.Request) -> web.Response:
+        """A signal refused: the path answers GET only, so an export (POST) gets 405."""
         return web.Response(status=200)
 
     async def _http_logs(self, request: web.Request) -> web.Response:
         self.log_requests += 1
-        self._record_logs(ExportLogsServiceRequest.FromString(await self._http_body(request)), "http")
+        self._record_logs(await self._http_body(request), "http")
         return web.Response(body=ExportLogsServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    async def _http_metrics(self, request: web.Request) -> web.Response:
+        self._record_metrics(await self._http_body(request), "http")
+        return web.Response(body=ExportMetricsServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
 
     async def _grpc_traces(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportTraceServiceResponse:
@@ -248,7 +314,10 @@ class OtlpCapture:
         self._record_traces(body, "grpc")
         return ExportTraceServiceResponse()
 
-    async def _grpc_logs(self, request: ExportLogsServiceRequest,
-                         context: grpc.aio.ServicerContext) -> ExportLogsServiceResponse:
-        self._record_logs(request, "grpc")
+    async def _grpc_logs(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportLogsServiceResponse:
+        self._record_logs(body, "grpc")
         return ExportLogsServiceResponse()
+
+    async def _grpc_metrics(self, body: bytes, context: grpc.aio.ServicerContext) -> ExportMetricsServiceResponse:
+        self._record_metrics(body, "grpc")
+        return ExportMetricsServiceResponse()

@@ -96,7 +96,9 @@ class PostgresServer:
 
 
 @dataclass
-class ChromaServer:
+class _WheelServer:
+    """A server from a wheel of .venv-stores, on a free 127.0.0.1 port, its data under `root`."""
+
     root: Path
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -105,45 +107,39 @@ class ChromaServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
-        log_path = self.root / "chroma.log"
-        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+        name = self.command()[0].rpartition("/")[2]
+        log_path = self.root / f"{name}.log"
         with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [_stores_binary("chroma"), "run", "--path", str(self.root / "data"), "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-        wait_listening(self.proc, self.port, name="chroma", log_path=log_path, timeout_s=60)
+            # Chroma's product telemetry off (the server has none to send here anyway: no network).
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
+        wait_listening(self.proc, self.port, name=name, log_path=log_path, timeout_s=60)
 
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
 
 
-@dataclass
-class MilvusLiteServer:
-    root: Path
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+class ChromaServer(_WheelServer):
+    def command(self) -> list[str]:
+        return [_stores_binary("chroma"), "run", "--path", str(self.root / "data"), "--host", "127.0.0.1",
+                "--port", str(self.port)]
 
+
+class MilvusLiteServer(_WheelServer):
     @property
     def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url
 
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
-        log_path = self.root / "milvus.log"
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [_stores_binary("milvus-lite"), "server", "--data-dir", str(self.root / "data"), "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT)
-        wait_listening(self.proc, self.port, name="milvus-lite", log_path=log_path, timeout_s=60)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self.proc = None
+    def command(self) -> list[str]:
+        return [_stores_binary("milvus-lite"), "server", "--data-dir", str(self.root / "data"), "--host", "127.0.0.1",
+                "--port", str(self.port)]
 
 
 # -- the documents each store holds, as an app's own store would -----------------------------------

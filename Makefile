@@ -27,6 +27,12 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV := .venv-phoenix
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 PHOENIX_CONSTRAINTS := tests/realtraffic/phoenix-constraints.txt
+# The document stores the resolver tests look documents up in (Chroma and Milvus Lite servers,
+# tests/resolving/): a venv of their own, the Chroma server's dependencies being large.
+STORES_VENV := .venv-stores
+STORES_STAMP := $(STORES_VENV)/.installed
+STORES_REQUIREMENTS := tests/resolving/stores-requirements.txt
+STORES_CONSTRAINTS := tests/resolving/stores-constraints.txt
 # The JavaScript test apps (Mastra, AI SDK, LangChain.js): Node.js packages from committed lockfiles,
 # Mastra 1.70 in a folder of its own (its packages find @mastra/core as a peer dependency).
 JS_APPS := tests/realtraffic/js
@@ -54,10 +60,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 # The langfuse extra too: the Langfuse sink's tests check its request bodies against the SDK's
-# models; the cjk extra, for the local judge's Chinese, Japanese and Korean tests; and the bench
-# extra, for the slow tier's quick pass of every benchmark.
+# models; the cjk extra, for the local judge's Chinese, Japanese and Korean tests; the bench
+# extra, for the slow tier's quick pass of every benchmark; and each document resolver's client
+# library (the resolve-* extras), for the resolver tests.
+TEST_EXTRAS := test,langfuse,cjk,bench,resolve-postgres,resolve-redis,resolve-chroma,resolve-milvus
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,langfuse,cjk,bench]' -c $(CONSTRAINTS)
+	$(BIN)/pip install --quiet -e '.[$(TEST_EXTRAS)]' -c $(CONSTRAINTS)
 	touch $@
 
 $(APPS_STAMP): $(APPS_REQUIREMENTS) $(APPS_CONSTRAINTS)
@@ -73,6 +81,11 @@ $(AGENTS_STAMP): $(AGENTS_REQUIREMENTS) $(AGENTS_CONSTRAINTS)
 $(CREWAI_STAMP): $(CREWAI_REQUIREMENTS) $(CREWAI_CONSTRAINTS)
 	test -x $(CREWAI_VENV)/bin/python || $(PY) -m venv $(CREWAI_VENV)
 	$(CREWAI_VENV)/bin/pip install --quiet -r $(CREWAI_REQUIREMENTS) -c $(CREWAI_CONSTRAINTS)
+	touch $@
+
+$(STORES_STAMP): $(STORES_REQUIREMENTS) $(STORES_CONSTRAINTS)
+	test -x $(STORES_VENV)/bin/python || $(PY) -m venv $(STORES_VENV)
+	$(STORES_VENV)/bin/pip install --quiet -r $(STORES_REQUIREMENTS) -c $(STORES_CONSTRAINTS)
 	touch $@
 
 $(PHOENIX_STAMP): $(PHOENIX_CONSTRAINTS)
@@ -98,12 +111,13 @@ llama-server: $(LLAMA_STAMP)
 
 venv: $(STAMP)
 
-# Prometheus (for promtool and the live dashboard test) comes from Debian's packages, installed
-# only when missing, without starting its daemon and without stopping anything that runs.
+# Prometheus (for promtool and the live dashboard test), Redis and PostgreSQL (the shared verdict
+# cache's and the resolver's tests) come from Debian's packages, installed only when missing,
+# without starting their daemons and without stopping anything that runs.
 system-deps:
 	@sh tests/install-system-deps.sh
 
-test-deps: $(TEST_STAMP) $(APPS_STAMP) $(AGENTS_STAMP) $(CREWAI_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
+test-deps: $(TEST_STAMP) $(APPS_STAMP) $(AGENTS_STAMP) $(CREWAI_STAMP) $(STORES_STAMP) $(PHOENIX_STAMP) $(JS_STAMP) system-deps
 
 # The demo ends by itself after 90 s with its summary; DURATION=0 keeps it running until Ctrl-C,
 # DURATION=300 runs it for five minutes.
@@ -133,4 +147,4 @@ bench: $(TEST_STAMP) $(PHOENIX_STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) $(APPS_VENV) $(AGENTS_VENV) $(CREWAI_VENV) $(PHOENIX_VENV) $(LLAMA_VENV) $(LLAMA_BUILD) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache
+	rm -rf $(VENV) $(APPS_VENV) $(AGENTS_VENV) $(CREWAI_VENV) $(STORES_VENV) $(PHOENIX_VENV) $(LLAMA_VENV) $(LLAMA_BUILD) $(JS_APPS)/node_modules $(JS_APPS)/mastra-1.70/node_modules .pytest_cache

@@ -32,6 +32,7 @@ BENCHMARKS = [
     "adaptive_concurrency",
     "ingest",
     "log_passthrough",
+    "resolver",
     "forward_latency",
     "overload",
     "attacks",
@@ -95,6 +96,9 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "attacks": ("/healthz p99 (ms) under the worst of slowloris, an idle flood, 100,000-span requests and a 200 MB "
                 "judge answer, with 1,500 spans/s of load; lost spans in a 60 s forward outage beside it",
                 "healthz_p99_ms_worst_attack", "no probe failed, RSS < 2x, nothing lost", "goal_met"),
+    "resolver": ("resolution of a sampled retrieval's 10 ids against PostgreSQL, Redis, Chroma, Milvus Lite: "
+                 "p95 of the slowest store, cold (one lookup) (ms); cached p95 beside it", "worst_cold_p95_ms",
+                 "(no goal)", None),
     "forward_latency": ("added forwarding latency p99 at 5,000 spans/s (ms)", "added.p99_ms", "< 5 ms",
                         lambda r: r < 5),
     "overload": ("scoring rate under 10x overload / judge capacity", "overload_scoring_rate_vs_capacity",

@@ -4,6 +4,9 @@ component, and the seams between the stages, in the order data crosses them:
     receivers --TraceConsumer--> assembly --RetrievalSink--> sampling --ScoringQueue--> scoring
               --ResultSink--> exporters (metrics, span write-back, evaluator spans, Kafka results, ...)
 
+and, with document resolvers, sampling --ScoringQueue--> resolving --ScoringQueue--> scoring (the
+text of documents traces name only by id, looked up in the app's store);
+
 and, in span mode, assembly --SpanPassThrough--> the span write-back exporter (every span goes
 downstream; the retrieval spans of sampled traces wait there for their results); OTLP logs and
 metrics receivers --SignalConsumer--> assembly --SignalPassThrough--> the forwarder; with cluster
@@ -140,9 +143,15 @@ class Decisions(Protocol):
 
 class ScoreCosts(Protocol):
     """What each retrieval taken from the queue cost once scored or failed (scoring -> sampling,
-    a feedback link): the daily budget the gate keeps turns the reservation into spend."""
+    a feedback link; also resolving -> sampling): the daily budget the gate keeps turns the
+    reservation into spend."""
 
     def settled(self, cost_usd: float) -> None: ...
+
+    def unspent(self) -> None:
+        """A retrieval queued for scoring was decided without a judge call (the resolver's
+        `unresolved`, or `overloaded` once its documents were looked up): what was reserved for
+        it is given back."""
 
 
 class ResultSink(Protocol):

@@ -4,7 +4,7 @@ environment variables and flags; flags win over the environment, the environment
 Each component declares its own settings beside it (receivers/config.py, exporters/config.py,
 scoring/config.py, sampling/config.py, assembly/config.py, assembly/conventions.py,
 metrics/config.py, metrics/drift.py, kafka/config.py, diagnostics/config.py,
-cluster/config.py): the YAML section, every key's default and
+cluster/config.py, resolving/config.py): the YAML section, every key's default and
 meaning, and its flag. This module only composes them; pydantic-settings layers the three
 sources and validates. The environment names stay flat (`CTXPREC_<FLAG>`, e.g.
 `CTXPREC_SAMPLE_RATE`), as users set them. A bad value is refused before anything starts, with a
@@ -37,6 +37,7 @@ from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.metrics.config import MetricsConfig
 from ctxprec.collector.metrics.drift import DriftConfig
 from ctxprec.collector.receivers.config import ReceiversConfig
+from ctxprec.collector.resolving.config import ResolverConfig
 from ctxprec.collector.sampling.config import SamplingConfig
 from ctxprec.collector.scoring.config import ServeJudgeConfig, ScoringConfig
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
@@ -78,6 +79,9 @@ class ServeConfig(BaseSettings):
                                            description="noisy documents, the right top-k, drift slices")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig,
                                    description="cluster learning: every replica learns from all replicas' scores")
+    resolver: ResolverConfig = Field(default_factory=ResolverConfig,
+                                     description="document resolvers: the text of documents that traces name only "
+                                                 "by id, looked up in the app's own store")
     log_level: Annotated[str, BeforeValidator(choice(*LOG_LEVELS))] = setting(
         "info", "log level", flag="--log-level", choices=LOG_LEVELS)
     log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(

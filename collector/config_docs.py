@@ -18,6 +18,7 @@ from ctxprec.collector.config import (
     env_name,
 )
 from ctxprec.collector.generated_docs import write_or_check
+from ctxprec.collector.resolving.config import sources_reference
 
 PATH = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
 
@@ -70,7 +71,10 @@ STRUCTURES = """## Structured keys (YAML only)
   `{name, when, query, contexts, ids, output}`. `when` maps span attributes (or `span.name`) to a
   value or a list of values, all of which must match (compared as text); only those spans are
   read by the entry, and each of them is a retrieval (with no documents found: `no_contexts`),
-  even one that builds an index. `query`, `contexts`, `ids` and `output` as in `mapping`:
+  even one that builds an index. `query`, `contexts`, `ids` and `output` as in `mapping`; an
+  entry may leave `contexts` out: with `ids` its documents are known by id only (their text is
+  looked up by a `resolver` source), with neither it gives the query of the retrieval nested in
+  the spans it matches (content capture off, the app records the question on a span of its own):
   ```yaml
   conventions:
     mappings:
@@ -105,6 +109,20 @@ STRUCTURES = """## Structured keys (YAML only)
   `$VAR` or `${VAR}` in a value is read from the environment (`Authorization=Bearer ${KEY}`), a
   value `@/path/file` from a file (trailing newlines removed); `\\$` is a literal `$` and a
   leading `\\@` a literal `@`; a missing variable or file stops the start.
+"""
+RESOLVER_EXAMPLE = """
+  ```yaml
+  resolver:
+    sources:
+      - name: kb
+        kind: postgres
+        when: {service.name: support-bot}
+        dsn: postgresql://reader@db:5432/kb
+        password_env: KB_DB_PASSWORD
+        query: SELECT id, content FROM documents WHERE id = ANY($1)
+  ```
+  One example per kind, and what each instrumentor writes with content capture off, are in
+  FORMATS.md, "Traces without document text".
 """
 
 
@@ -143,7 +161,7 @@ def render() -> str:
         parts.append("| key | flag | environment | default | meaning |\n|---|---|---|---|---|")
         parts.extend(_row(member) for member in members)
         parts.append("")
-    parts.append(STRUCTURES)
+    parts.append(STRUCTURES + sources_reference() + RESOLVER_EXAMPLE)
     deprecated = [f"- `{flag}` (`{env_name(flag)}`): use `{next(s.flag for s in SETTINGS if s.path == path)}`."
                   for flag, path in DEPRECATED_FLAGS.items()]
     parts.append("## Deprecated spellings\n\nStill accepted, with a note on stderr:\n\n" + "\n".join(deprecated) + "\n")

@@ -29,6 +29,7 @@ class Decision(str, enum.Enum):
     OVERLOADED = "overloaded"
     NO_CONTEXTS = "no_contexts"
     NO_CONTENT = "no_content"  # documents that carry no text (content capture off)
+    UNRESOLVED = "unresolved"  # documents known by id whose text a resolver could not all look up
     DUPLICATE = "duplicate"
     FAILED = "failed"
 
@@ -69,6 +70,11 @@ class Retrieval:
     resource: dict[str, Any] = field(default_factory=dict)
     # Documents that carry an id or a score but no text (decided `no_content` when no context has text).
     documents_without_text: int = 0
+    # Those documents in rank order, each with its id, score and position and no content: what a
+    # resolver (collector/resolving/) looks up by id, turning them into `contexts`.
+    textless: list[RetrievedContext] = field(default_factory=list)
+    # True once a resolver gave every document its text (`ctxprec.documents_resolved`).
+    documents_resolved: bool = False
     sample_rate: float = 1.0  # set by sampling
     # The input this retrieval came from, released once when the retrieval has its decision (a
     # Kafka message's offset, a trace's batch of messages); None when nothing waits on it.

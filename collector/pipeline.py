@@ -3,6 +3,7 @@ service graph (service_graph.py), in the shape of an OpenTelemetry Collector pip
 the only place that connects stages (collector/components.py declares the seams):
 
     receivers (OTLP gRPC/HTTP, Kafka) -> assembly (OtlpIngest) -> sampling (RetrievalGate)
+    -> [resolving (DocumentResolver: documents known by id get their text)]
     -> scoring (ScoringWorkers, over the engine) -> [redaction] -> ResultFanout
     -> result sinks (metrics and drift, activity log, diagnostics, span write-back | evaluator
        spans, Kafka results, Phoenix and Langfuse, ...)
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # built only when configured, so imported where they are buil
     from ctxprec.collector.receivers.kafka import KafkaReceiver
     from ctxprec.collector.receivers.otlp_grpc import OtlpGrpcReceiver
     from ctxprec.collector.receivers.otlp_http import OtlpHttpReceiver
+    from ctxprec.collector.resolving.stage import DocumentResolver
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,7 @@ class Pipeline:
         self.metrics_server: MetricsServer | None = None
         self.listener_guards: list[ListenerGuard] = []  # the HTTP listeners' (gRPC keeps its limits itself)
         self._add_scoring()
+        self.resolver: DocumentResolver | None = self._add_resolving()
         self._add_sampling()
         self._add_results()
         self.ingest: OtlpIngest = self._add_ingest()
@@ -125,7 +128,8 @@ class Pipeline:
                                    judge_outcomes=LOCAL_OUTCOMES if local else REQUEST_OUTCOMES,
                                    fallback_reasons=FALLBACK_REASONS if local else (),
                                    cluster_outcomes=CLUSTER_OUTCOMES if self.cluster_feed is not None else (),
-                                   shared_cache_outcomes=SHARED_CACHE_OUTCOMES if self.shared_cache else ())
+                                   shared_cache_outcomes=SHARED_CACHE_OUTCOMES if self.shared_cache else (),
+                                   resolver_sources=[s.name for s in config.resolver.sources])
         self.graph.waves()  # a cycle is a wiring mistake: fail at construction, not at shutdown
 
     # -- the stages, from the judge back to the inputs --
@@ -160,6 +164,20 @@ class Pipeline:
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
 
+    def _add_resolving(self) -> DocumentResolver | None:
+        """With `resolver.sources`: the stage between the gate and the workers that looks up the
+        text of documents traces name only by id (collector/resolving/)."""
+        if not self.config.resolver.enabled:
+            return None
+        from ctxprec.collector.resolving.stage import DocumentResolver
+
+        resolver = DocumentResolver(self.config.resolver, downstream=self.workers, decisions=self.fanout,
+                                    metrics=self.metrics)
+        self.graph.add("resolver", resolver)
+        self.graph.connect("resolver", "workers", "ScoringQueue")
+        self.graph.connect("resolver", "fanout", "Decisions")
+        return resolver
+
     def _add_sampling(self) -> None:
         sampling, scoring = self.config.sampling, self.config.scoring
         # Always the adaptive wrapper: switched off it never boosts, and it still publishes each
@@ -169,15 +187,25 @@ class Pipeline:
                                        AdaptiveSettings.of(sampling), key=self.metrics.service)
         sample_rate = Children(self.metrics.sample_rate, self.metrics.budget)
         self.sampler.subscribe(lambda service, rate: sample_rate(service).set(rate))
+        resolver = self.resolver
         self.gate = RetrievalGate(
-            sampler=self.sampler, queue=self.workers, decisions=self.fanout,
+            sampler=self.sampler, queue=resolver or self.workers, decisions=self.fanout,
+            resolvable=resolver.resolvable if resolver is not None else None,
             throttle=score_throttle(sampling.max_scores_per_minute) if sampling.max_scores_per_minute else None,
             budget=DailyBudget(sampling.daily_budget_usd) if sampling.daily_budget_usd else None,
             rss_guard=(RssGuard(int(scoring.max_rss_mb * 1024 * 1024), probe=self._rss_bytes)
                        if scoring.max_rss_mb else None),
             recent=RecentKeys(sampling.duplicate_window_s))
         self.graph.add("gate", self.gate)
-        self.graph.connect("gate", "workers", "ScoringQueue")
+        self.graph.connect("gate", "resolver" if resolver is not None else "workers", "ScoringQueue")
+        if resolver is not None:
+            gate = self.gate
+
+            def report_unspent() -> None:
+                resolver.costs = gate
+
+            self.graph.link("resolver", "gate", "what a retrieval decided without a score did not spend",
+                            wire=report_unspent)
         self.graph.connect("gate", "fanout", "Decisions")
         if self.gate.budget is not None:
             workers = self.workers
@@ -477,6 +505,8 @@ class Pipeline:
         repeated = repeated_lines()
         if repeated is not None:
             logs.append(repeated)
+        if self.resolver is not None:
+            logs.extend(source.failures for source in self.resolver.sources)
         return logs
 
     @property

@@ -61,6 +61,9 @@ def describe(pipeline: Pipeline) -> list[str]:
                  + (" (the local judge: lexical, offline)" if pipeline.engine.model == "local" else "")
                  # The URL may hold a password: only that there is one.
                  + ("; verdicts cached in a store shared by replicas" if pipeline.shared_cache else ""))
+    if c.resolver.sources:  # names and kinds only: addresses and secrets are never logged
+        lines.append("documents known by id: their text looked up in "
+                     + ", ".join(f"{s.name} ({s.kind})" for s in c.resolver.sources))
     forward_to = c.export.forward_to
     if forward_to:
         headers = ""

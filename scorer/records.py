@@ -28,6 +28,8 @@ RECORD_FIELDS: tuple[str, ...] = (
     "k",
     "reference_kind",
     "answer_source",
+    # "documents_resolved" stands here, only in the records of retrievals whose documents'
+    # text a resolver looked up by id (the sidecar's, never `ctxprec score`'s).
     "judge",
     "sample_rate",
     "decision",
@@ -117,6 +119,7 @@ def score_record(
     line: int | None = None,
     event_id: str | None = None,
     previews: Sequence[str | None] | None = None,
+    documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a scored sample. `model`/`prompt_version` fill in when the usage lacks them.
     `answer_source` says where the answer judged against came from: `event` (the input carried
@@ -125,7 +128,8 @@ def score_record(
     context in rank order (scorer.documents), adds a `document` key to each verdict, and
     `previews` (`document_names`) a `preview` to those named by a hash. `query` is the question
     as the record keeps it (`record_text`); `line` and `event_id` say where a batch event was read
-    (its line in the input file, the `id` it carried)."""
+    (its line in the input file, the `id` it carried). `documents_resolved` adds
+    `"documents_resolved": true` after `answer_source`."""
     return {
         "id": record_id,
         "trace_id": trace_id,
@@ -143,6 +147,7 @@ def score_record(
         "k": result.k,
         "reference_kind": result.reference_kind,
         "answer_source": answer_source,
+        **_RESOLVED[documents_resolved],
         "judge": judge_block(result.usage, model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,
@@ -199,6 +204,7 @@ def failure_record(
     query: str | None = None,
     line: int | None = None,
     event_id: str | None = None,
+    documents_resolved: bool = False,
 ) -> dict[str, Any]:
     """The record of a sample that got no score: every score field is null, `error` says why.
     `usage` keeps what the failed attempt still cost (tokens spent before the failure)."""
@@ -219,6 +225,7 @@ def failure_record(
         "k": k,
         "reference_kind": reference_kind,
         "answer_source": answer_source,
+        **_RESOLVED[documents_resolved],
         "judge": judge_block(usage or JudgeUsage(), model=model, prompt_version=prompt_version),
         "sample_rate": _plain_number(sample_rate),
         "decision": decision,
@@ -229,6 +236,9 @@ def failure_record(
         "line": line,
         "event_id": event_id,
     }
+
+
+_RESOLVED: dict[bool, dict[str, Any]] = {False: {}, True: {"documents_resolved": True}}
 
 
 def judge_block(usage: JudgeUsage, *, model: str = "", prompt_version: str = "") -> dict[str, Any]:

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs what the tests need from Debian's packages, only what is missing: Prometheus (for
-# promtool and the live dashboard test), Redis (the shared verdict cache's tests) and Chromium (the
-# report as a browser renders it, headless). Nothing that
-# is already there is touched, and no process is stopped: the tests start their own Prometheus and
-# redis-server on free ports. Debian's packages would start daemons on install; a policy-rc.d,
-# only for the time of the install, keeps them from doing so.
+# promtool and the live dashboard test), Redis (the shared verdict cache's and the resolver's
+# tests), Chromium (the report as a browser renders it, headless) and PostgreSQL (the resolver's
+# tests: initdb and pg_ctl make a throwaway cluster). Nothing that is already there is touched,
+# and no process is stopped: the tests start their own Prometheus, redis-server and PostgreSQL on
+# free ports. Debian's packages would start daemons on install; a policy-rc.d, only for the time
+# of the install, keeps them from doing so.
 set -eu
 
 packages=""
@@ -16,6 +17,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 if ! command -v chromium >/dev/null 2>&1; then
     packages="$packages chromium"
+fi
+# Debian keeps initdb and pg_ctl out of PATH, in /usr/lib/postgresql/VERSION/bin.
+have_initdb() {
+    command -v initdb >/dev/null 2>&1 && return 0
+    for found in "${POSTGRESQL_LIB:-/usr/lib/postgresql}"/*/bin/initdb; do  # overridable for the test of this script
+        [ -x "$found" ] && return 0
+    done
+    return 1
+}
+if ! have_initdb; then
+    packages="$packages postgresql"
 fi
 if [ -z "$packages" ]; then
     exit 0

@@ -75,7 +75,7 @@ def test_the_scorer_library_knows_nothing_of_the_sidecar() -> None:
 
 def test_results_flow_forward_assembly_sampling_and_scoring_know_no_exporter() -> None:
     early = ("ctxprec.collector.receivers", "ctxprec.collector.assembly", "ctxprec.collector.sampling",
-             "ctxprec.collector.scoring")
+             "ctxprec.collector.resolving", "ctxprec.collector.scoring")
     offenders = {m: sorted(t for t in targets if t.startswith("ctxprec.collector.exporters"))
                  for m, targets in GRAPH.items() if m.startswith(early)}
     assert {m: t for m, t in offenders.items() if t} == {}
@@ -90,7 +90,7 @@ def test_the_graph_is_read_at_all() -> None:
 
 # A stage's modules may use these of another stage's: shared data and protocols, never a stage
 # itself (a stage is given its neighbours by the composition root).
-STAGES = ("receivers", "assembly", "sampling", "scoring", "exporters", "diagnostics", "cluster")
+STAGES = ("receivers", "assembly", "sampling", "resolving", "scoring", "exporters", "diagnostics", "cluster")
 SHARED_ACROSS_STAGES = {
     "ctxprec.collector.metrics.registry",  # the one registry every stage counts in
     "ctxprec.collector.metrics.children",
@@ -98,6 +98,7 @@ SHARED_ACROSS_STAGES = {
     "ctxprec.collector.scoring.identity",  # exporters write the scorer's identity attributes
     "ctxprec.collector.sampling.sampler",  # the Kafka byte peek asks the gate's sampler (a Protocol)
     "ctxprec.collector.diagnostics.heavy_hitters",  # Space-Saving, a data structure: the activity log's top services
+    "ctxprec.collector.assembly.specs",  # a resolver source's `when` matches as a mappings entry's does
 }
 
 

@@ -94,18 +94,28 @@ class AttributeMapping(BaseModel):
         """The mapping as a rule: it reads the spans that carry its query attribute and its
         contexts (a JSON path must reach a list: a later step whose input repeats the query
         but whose output holds no documents is no second retrieval)."""
-        return RetrievalRule(name=name, when=conditions({self.query_key(): "*"}), sources=(self._source(),),
+        return RetrievalRule(name=name, when=conditions({self.query_key(): "*"}), sources=self._sources(),
                              query=parse_specs(self.query), output=parse_spec(self.output) if self.output else None)
 
-    def _source(self) -> Source:
-        contexts = parse_spec(self.contexts)
-        return Source(contexts=contexts, ids=parse_spec(self.ids) if self.ids else None,
-                      require="list" if contexts.has_path else "key")
+    def _sources(self) -> tuple[Source, ...]:
+        """Where the documents are: the contexts (with their ids), the ids alone (documents whose
+        text a resolver looks up), or nowhere (an entry that only gives the query)."""
+        contexts = parse_spec(self.contexts) if self.contexts else None
+        ids = parse_spec(self.ids) if self.ids else None
+        listed = contexts or ids
+        if listed is None:
+            return ()
+        return (Source(contexts=contexts, ids=ids, require="list" if listed.has_path else "key"),)
 
 
 class MappingEntry(AttributeMapping):
-    """One entry of `conventions.mappings`: a mapping that reads only the spans matching `when`."""
+    """One entry of `conventions.mappings`: a mapping that reads only the spans matching `when`.
+    Its `contexts` may be left out: with `ids` its documents are known by id only (a resolver
+    looks their text up), without them it gives the query of the retrieval nested in its spans
+    (content capture off, the app records the question on a span of its own)."""
 
+    contexts: str | None = Field(None, description="attribute key (or key$json.path, or a key pattern with {i}) of "
+                                                   "the contexts")  # type: ignore[assignment]
     name: str = Field(description="how `conventions.order` names it", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     when: dict[str, str | int | float | bool | list[str | int | float | bool]] = Field(
         description="span attribute (or span.name) -> value, or list of values; all must match", min_length=1)
@@ -113,7 +123,7 @@ class MappingEntry(AttributeMapping):
     def rule(self, name: str | None = None) -> RetrievalRule:
         """A span that matches `when` is a retrieval under this entry, with or without documents;
         being an index-building span does not keep it out (the entry names it)."""
-        return RetrievalRule(name=self.name, when=conditions(self.when), sources=(self._source(),),
+        return RetrievalRule(name=self.name, when=conditions(self.when), sources=self._sources(),
                              query=parse_specs(self.query), output=parse_spec(self.output) if self.output else None,
                              built_in=False, when_declares=True)
 
@@ -251,7 +261,7 @@ class Conventions:
         self._rank = {name: i for i, name in enumerate(self.order)}
         # Attributes that hold documents: kept out of `Retrieval.attributes`, which sampling rules read.
         prefixes = {source.contexts.key_prefix() for rule in self.rules for source in rule.sources
-                    if source.events is None}
+                    if source.events is None and source.contexts is not None}
         self._payload_prefixes = tuple(sorted(prefixes | set(table().payload_attributes)))
         # Tool spans are recognised whether or not the tool convention is on (the ones not taken
         # are counted, silence.py).
@@ -331,6 +341,8 @@ class Conventions:
             answer = Answer(found.output, CHAIN_OUTPUT)
         elif contexts:
             answer = find_answer(span, contexts, tree)
+        elif found.textless:  # documents known by id: a resolver may give their text
+            answer = find_answer(span, found.contexts, tree)
         else:
             answer = NO_ANSWER
         retrieval = Retrieval(
@@ -349,6 +361,7 @@ class Conventions:
             answer_clean=answer.clean,
             resource=span.resource,
             documents_without_text=found.without_text or _content_off(group),
+            textless=found.textless,
         )
         return Extracted(retrieval, span, found.dropped)
 

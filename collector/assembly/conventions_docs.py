@@ -33,10 +33,11 @@ def _spec(spec: Spec) -> str:
 
 
 def _source(source: Source) -> str:
+    text = _spec(source.contexts) if source.contexts is not None else "no text (documents known by id)"
     if source.events is not None:
-        parts = [f"span events {_code(source.events)}: {_spec(source.contexts)}"]
+        parts = [f"span events {_code(source.events)}: {text}"]
     else:
-        parts = [_spec(source.contexts)]
+        parts = [text]
     extras = []
     if source.ids is not None:
         extras.append(f"ids {_spec(source.ids)}")

@@ -10,7 +10,10 @@ the rule gives them, else from each document.
 
 A document with an id or a score but no text (GenAI spans recorded without content capture), or
 whose text an instrumentor replaced with a placeholder (`__REDACTED__`), is counted in
-`Found.without_text`: such a retrieval is decided `no_content`, never scored as if empty.
+`Found.without_text` and kept, with its id, score and rank, in `Found.textless`: such a retrieval
+is decided `no_content`, never scored as if empty, unless a resolver looks its documents' text
+up by id (collector/resolving/). A source may name ids and no text at all (OpenLLMetry's
+`db.search.result` events, a user mapping's `ids` alone): all its documents are textless.
 
 Work is bounded on hostile input: at most `limit` contexts per retrieval (the rest are counted
 in `Found.dropped`); strings were already cut when spans were copied.
@@ -55,6 +58,8 @@ class Found:
     declared: bool = False  # an attribute (or a mapping's `when`) says the span is a retrieval
     without_text: int = 0  # documents that carry an id or a score but no text
     content_off: bool = False  # declared, but neither a query nor a documents key was recorded
+    # Those documents in rank order (content ""; their id, score and position), at most `limit`.
+    textless: list[RetrievedContext] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -63,6 +68,7 @@ class _Read:
     contexts: list[RetrievedContext]
     dropped: int = 0
     without_text: int = 0
+    textless: list[RetrievedContext] = field(default_factory=list)
 
 
 _ABSENT = _Read(False, [])
@@ -101,11 +107,13 @@ def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None
     declared = (rule.when_declares and bool(rule.when)) or any(c.holds(span.name, attributes) for c in rule.declared)
     present = False
     without_text = 0
+    textless: list[RetrievedContext] = []
     chosen: _Read | None = None
     for source in rule.sources:
         read = _read_source(source, span, limit)
         present = present or read.present
-        without_text = max(without_text, read.without_text)
+        if read.without_text > without_text:
+            without_text, textless = read.without_text, read.textless
         if read.contexts:
             chosen = read
             break
@@ -121,7 +129,7 @@ def read_rule(rule: RetrievalRule, span: SpanRecord, limit: int) -> Found | None
         # Content capture off: the span says it is a retrieval and records neither its question
         # nor a documents key. Not "returned nothing": nothing was recorded.
         content_off = declared and not present and not query
-        return Found(rule.name, query, [], 0, output, declared, without_text, content_off)
+        return Found(rule.name, query, [], 0, output, declared, without_text, content_off, textless)
     return Found(rule.name, query, chosen.contexts, chosen.dropped, output, declared, 0)
 
 
@@ -262,7 +270,8 @@ def _arguments(decoded: dict[str, Any]) -> dict[str, Any]:
 def _read_source(source: Source, span: SpanRecord, limit: int) -> _Read:
     if source.events is not None:
         return _read_events(source, span, limit)
-    if source.contexts.pattern:
+    listed = source.contexts or source.ids  # a user mapping may name ids alone
+    if listed is not None and listed.pattern:
         return _read_ranks(source, span.attributes, limit)
     return _read_list(source, span.attributes, limit)
 
@@ -272,20 +281,30 @@ def _read_events(source: Source, span: SpanRecord, limit: int) -> _Read:
     if not events:
         return _ABSENT
     contexts: list[RetrievedContext] = []
+    textless: list[RetrievedContext] = []
     usable = without_text = 0
     for event in events:
         values = event.attributes
-        text = as_text(values.get(source.contexts.key))
+        text = as_text(values.get(source.contexts.key)) if source.contexts is not None else None
         doc_id = values.get(source.ids.key) if source.ids is not None else None
         score = next((values[s.key] for s in source.scores if s.key in values), None)
         if text is None or text in _REDACTED:
-            without_text += text is not None or doc_id is not None or score is not None
+            if text is not None or doc_id is not None or score is not None:
+                without_text += 1
+                _keep_textless(textless, limit, doc_id, score)
             continue
         usable += 1
         if len(contexts) < limit:
             metadata = values.get(source.metadata.key) if source.metadata is not None else None
             contexts.append(_context(text, doc_id, score, metadata))
-    return _Read(True, contexts, usable - len(contexts), without_text)
+    return _Read(True, contexts, usable - len(contexts), without_text, textless)
+
+
+def _keep_textless(textless: list[RetrievedContext], limit: int, doc_id: Any, score: Any,
+                   position: int | None = None) -> None:
+    """A document without text, kept (up to `limit`) for a resolver to look its text up by id."""
+    if len(textless) < limit:
+        textless.append(_context("", doc_id, score, None, position=position))
 
 
 def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
@@ -309,8 +328,11 @@ def _read_ranks(source: Source, attributes: dict[str, Any], limit: int) -> _Read
             contexts.append(context)
         else:
             contexts.append(_context(value, ids.get(i), score, metadata.get(i), position=i))
-    textless = (set(ids) | {i for s in scores for i in s} | redacted) - set(indices)
-    return _Read(True, contexts, max(0, len(indices) - limit), len(textless))
+    ranks = sorted((set(ids) | {i for s in scores for i in s} | redacted) - set(indices))
+    textless: list[RetrievedContext] = []
+    for i in ranks:
+        _keep_textless(textless, limit, ids.get(i), next((s[i] for s in scores if i in s), None), position=i)
+    return _Read(True, contexts, max(0, len(indices) - limit), len(ranks), textless)
 
 
 def _rank_fields(source: Source, attributes: dict[str, Any]
@@ -354,8 +376,8 @@ def _ranked(spec: Spec | None, attributes: dict[str, Any]) -> dict[int, Any]:
 
 def _read_list(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
     """A list of documents: an attribute (structured, or JSON text), or a JSON path into one."""
-    spec = source.contexts
-    if spec.key not in attributes:
+    spec = source.contexts if source.contexts is not None else source.ids
+    if spec is None or spec.key not in attributes:
         return _ABSENT
     raw = attributes[spec.key]
     if source.documents_only and not (isinstance(raw, str) and _DOCUMENTS_PREFIX.match(raw)) \
@@ -367,11 +389,14 @@ def _read_list(source: Source, attributes: dict[str, Any], limit: int) -> _Read:
         return _ABSENT
     ids = _ranked(source.ids, attributes)
     scores = [_ranked(s, attributes) for s in source.scores]
+    textless: list[RetrievedContext] = []
+    if source.contexts is None:  # ids alone: every document is known by its id only
+        items = [{"id": doc_id} for doc_id in items]
     contexts, dropped, without_text = _contexts(items, limit, documents_only=source.documents_only, ids=ids,
-                                                scores=scores)
+                                                scores=scores, textless=textless)
     if source.require == "documents" and not contexts:
         return _ABSENT
-    return _Read(True, contexts, dropped, without_text)
+    return _Read(True, contexts, dropped, without_text, textless)
 
 
 def documents_in(value: Any) -> list[Any]:
@@ -393,10 +418,12 @@ def documents_in(value: Any) -> list[Any]:
 
 def _contexts(items: Sequence[Any], limit: int, *, documents_only: bool = False,
               ids: dict[int, Any] | None = None,
-              scores: Sequence[dict[int, Any]] = ()) -> tuple[list[RetrievedContext], int, int]:
+              scores: Sequence[dict[int, Any]] = (),
+              textless: list[RetrievedContext] | None = None) -> tuple[list[RetrievedContext], int, int]:
     """Contexts from a list of documents, how many usable ones were over `limit`, and how many
-    documents carried no text. `documents_only` takes only document-shaped items (objects,
-    `Document(...)` reprs): a task's list of plain strings (a text splitter's chunks) is not one."""
+    documents carried no text (kept in `textless`, when given, with their ids and scores).
+    `documents_only` takes only document-shaped items (objects, `Document(...)` reprs): a task's
+    list of plain strings (a text splitter's chunks) is not one."""
     contexts: list[RetrievedContext] = []
     usable = without_text = 0
     for rank, item in enumerate(items):
@@ -406,7 +433,14 @@ def _contexts(items: Sequence[Any], limit: int, *, documents_only: bool = False,
             continue
         context = context_from_item(item)
         if context is None or context.content in _REDACTED:
-            without_text += context is not None or _textless_document(item)
+            if context is not None or _textless_document(item):
+                without_text += 1
+                if textless is not None:
+                    doc_id, score = _identity(item)
+                    own_id = (ids or {}).get(rank)
+                    own_score = next((s[rank] for s in scores if rank in s), None)
+                    _keep_textless(textless, limit, own_id if own_id not in (None, "") else doc_id,
+                                   own_score if own_score is not None else score)
             continue
         usable += 1
         if len(contexts) < limit:
@@ -423,6 +457,15 @@ def _override(context: RetrievedContext, doc_id: Any, score: Any) -> None:
     numeric = _number(score)
     if numeric is not None:
         context.score = numeric
+
+
+def _identity(item: Any) -> tuple[Any, Any]:
+    """The id and score a document object carries (its own, or its LlamaIndex node's id)."""
+    if not isinstance(item, dict):
+        return None, None
+    body = next((item[k] for k in ("node", "kwargs") if isinstance(item.get(k), dict)), item)
+    doc_id = next((body.get(k) for k in _ID_FIELDS if body.get(k) not in (None, "")), None)
+    return doc_id, item.get("score")
 
 
 def _textless_document(item: Any) -> bool:

@@ -114,8 +114,12 @@ def look_markers(rule: RetrievalRule) -> list[bytes]:
         return [span_attribute(key_value(condition.key, v)) for v in sorted(condition.values)]
     out: list[bytes] = []
     for source in rule.sources:
-        if source.marker == "look":
-            out.append(framed(source.events if source.events is not None else source.contexts.key))
+        if source.marker != "look":
+            continue
+        spec = source.contexts or source.ids  # a user mapping may name ids alone
+        key = source.events if source.events is not None else spec.key if spec is not None else None
+        if key:
+            out.append(framed(key))
     return out
 
 
@@ -158,7 +162,7 @@ class MarkerScanner:
         self._checks = BytesAhoCorasick([b"\x0a" + framed(key) for _, key in checks]) if checks else None
 
     def _count_for(self, rule: RetrievalRule) -> int:
-        check = next((s.contexts.first_key() for s in rule.sources if s.marker == "count"), None)
+        check = next((s.contexts.first_key() for s in rule.sources if s.marker == "count" and s.contexts), None)
         for i, existing in enumerate(self.counts):
             if set(existing.declared) == set(rule.declared):
                 if check and not existing.check_key:

@@ -24,7 +24,8 @@ from ctxprec.collector.assembly.answers import is_llm_span
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.table import ToolMatch
 from ctxprec.collector.metrics.children import Children
-from ctxprec.collector.metrics.registry import OTHER, Metrics
+from ctxprec.collector.metrics.children import OTHER
+from ctxprec.collector.metrics.registry import Metrics
 
 log = logging.getLogger("ctxprec.conventions")
 

@@ -32,9 +32,10 @@ Marker = Literal["count", "look", "none"]
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One place a convention reads documents from."""
+    """One place a convention reads documents from. Without `contexts`, its documents are
+    known by their ids alone (text to be looked up by a resolver)."""
 
-    contexts: Spec
+    contexts: Spec | None
     ids: Spec | None = None
     scores: tuple[Spec, ...] = ()
     metadata: Spec | None = None
@@ -253,7 +254,7 @@ class _Strict(BaseModel):
 
 
 class _SourceModel(_Strict):
-    contexts: str
+    contexts: str | None = None  # span events may name ids alone (documents without text)
     ids: str | None = None
     scores: list[str] = Field(default_factory=list)
     metadata: str | None = None
@@ -344,8 +345,10 @@ class _TableModel(_Strict):
 
 
 def compile_source(raw: _SourceModel) -> Source:
+    if raw.contexts is None and (raw.events is None or raw.ids is None):
+        raise ValueError("a documents source without `contexts` reads span `events` and names their `ids`")
     return Source(
-        contexts=parse_spec(raw.contexts),
+        contexts=parse_spec(raw.contexts) if raw.contexts is not None else None,
         ids=parse_spec(raw.ids) if raw.ids else None,
         scores=parse_specs(raw.scores),
         metadata=parse_spec(raw.metadata) if raw.metadata else None,

@@ -34,12 +34,16 @@ def outcome_attributes(outcome: Outcome, identity: ScorerIdentity, *, threshold:
     not scored (its span goes on as it was)."""
     r = outcome.retrieval
     if outcome.decision is Decision.EVALUATED and outcome.result is not None:
-        return score_attributes(outcome.result, identity, threshold=threshold, sample_rate=r.sample_rate,
-                                answer_source=r.answer_source, answer_clean=r.answer_clean)
-    if outcome.decision is Decision.FAILED:
+        attrs = score_attributes(outcome.result, identity, threshold=threshold, sample_rate=r.sample_rate,
+                                 answer_source=r.answer_source, answer_clean=r.answer_clean)
+    elif outcome.decision is Decision.FAILED:
         error_type = outcome.error[0] if outcome.error else "failed"
-        return failure_attributes(error_type, identity, sample_rate=r.sample_rate, answer_source=r.answer_source)
-    return None
+        attrs = failure_attributes(error_type, identity, sample_rate=r.sample_rate, answer_source=r.answer_source)
+    else:
+        return None
+    if r.documents_resolved:  # their text came from the app's store, never from the span (nor back to it)
+        attrs["ctxprec.documents_resolved"] = True
+    return attrs
 
 
 def score_attributes(result: ScoreResult, identity: ScorerIdentity, *, threshold: float, sample_rate: float,

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from ctxprec.collector.generated_docs import write_or_check
 from ctxprec.collector.metrics.config import MetricsConfig
-from ctxprec.collector.metrics.registry import RECEIVER_ERROR_REASONS, Metrics, rank_label
+from ctxprec.collector.metrics.registry import (
+    RECEIVER_ERROR_REASONS,
+    RESOLVER_ID_OUTCOMES,
+    RESOLVER_LOOKUP_OUTCOMES,
+    RESOLVER_REASONS,
+    Metrics,
+    rank_label,
+)
 from ctxprec.collector.model import Decision
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -62,6 +69,10 @@ def metric_docs(metrics: Metrics) -> list[MetricDoc]:
     return docs
 
 
+def _listed(values: tuple[str, ...]) -> str:
+    return ", ".join(f"`{v}`" for v in values)
+
+
 def _label_values() -> str:
     rows = [
         ("`decision` (`ctxprec_samples_total`)", ", ".join(f"`{d.value}`" for d in Decision)),
@@ -83,6 +94,10 @@ def _label_values() -> str:
                  ", ".join(f"`{o}`" for o in REQUEST_OUTCOMES) + "; for the `local` judge "
                  + ", ".join(f"`{o}`" for o in LOCAL_OUTCOMES)))
     rows.append(("`reason` (`ctxprec_local_judge_fallback_total`)", ", ".join(f"`{r}`" for r in FALLBACK_REASONS)))
+    rows += [("`source` (`ctxprec_resolver_*`)", "the `name` of each `resolver.sources` entry"),
+             ("`outcome` (`ctxprec_resolver_lookups_total`)", _listed(RESOLVER_LOOKUP_OUTCOMES)),
+             ("`outcome` (`ctxprec_resolver_ids_total`)", _listed(RESOLVER_ID_OUTCOMES)),
+             ("`reason` (`ctxprec_resolver_unresolved_total`)", _listed(RESOLVER_REASONS))]
     lines = ["## Label values", "", "| label | values |", "|---|---|"]
     lines += [f"| {label} | {values} |" for label, values in rows]
     return "\n".join(lines) + "\n"

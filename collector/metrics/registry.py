@@ -20,6 +20,7 @@ disable_created_metrics()
 
 SCORE_BUCKETS = tuple(round(i / 10, 1) for i in range(1, 11))
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+RESOLVER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 DELAY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Every reason each receiver can count an error for (the receivers and assembly name them), so
 # that the configured receivers' series exist at 0 from the start, as Prometheus recommends:
@@ -30,6 +31,12 @@ RECEIVER_ERROR_REASONS: dict[str, tuple[str, ...]] = {
     "otlp_grpc": ("unauthenticated", "too_large", "too_many_spans", "bad_body", "internal", "invalid_trace_id"),
     "kafka": ("empty", "too_large", "bad_json", "bad_event", "bad_body", "ingest_error", "invalid_trace_id"),
 }
+
+
+# The label values of the resolver's metrics (collector/resolving/), each a fixed set.
+RESOLVER_LOOKUP_OUTCOMES = ("ok", "timeout", "error", "breaker_open")
+RESOLVER_ID_OUTCOMES = ("cached", "found", "missing", "failed")
+RESOLVER_REASONS = ("missing", "timeout", "error")
 
 
 def rank_label(rank: int) -> str:
@@ -178,6 +185,27 @@ class Metrics:
         self.shared_cache_breaker = Counter(
             "ctxprec_judge_shared_cache_breaker_opened", "Times the shared verdict cache was set aside after "
             "failures (its store is not asked until a probe succeeds).", registry=r)
+        # The document resolvers (collector/resolving/), per configured source (a bounded set).
+        self.resolver_lookups = Counter(
+            "ctxprec_resolver_lookups", "Batched lookups of document texts by id, by source and outcome "
+            "(ok, timeout, error; breaker_open: not asked while its circuit breaker is open).",
+            ["source", "outcome"], registry=r)
+        self.resolver_ids = Counter(
+            "ctxprec_resolver_ids", "Document ids to resolve, by source and outcome (cached: answered from the "
+            "cache; found, missing: by a lookup; failed: the lookup timed out or failed).", ["source", "outcome"],
+            registry=r)
+        self.resolver_latency = Histogram(
+            "ctxprec_resolver_lookup_seconds", "Latency of one batched lookup, by source.", ["source"],
+            buckets=RESOLVER_BUCKETS, registry=r)
+        self.resolver_unresolved = Counter(
+            "ctxprec_resolver_unresolved", "Retrievals decided `unresolved`, by source and reason (missing: an id "
+            "the store does not hold; timeout; error: the store failed or its breaker is open).",
+            ["source", "reason"], registry=r)
+        self.resolver_source_up = Gauge(
+            "ctxprec_resolver_source_up", "1 while a source answers lookups, 0 while it fails (or its breaker is "
+            "open).", ["source"], registry=r)
+        self.resolver_cache_bytes = Gauge(
+            "ctxprec_resolver_cache_bytes", "Bytes of resolved texts held for reuse.", registry=r)
 
     def signal_received(self, signal: str, receiver: str) -> Counter:
         """The receipt counter of an OTLP signal (`traces`, `logs`, `metrics`) for `receiver`."""
@@ -187,12 +215,14 @@ class Metrics:
 
     def start_at_zero(self, *, receivers: Iterable[str], judge_model: str, judge_outcomes: Iterable[str],
                       fallback_reasons: Iterable[str] = (), cluster_outcomes: Iterable[str] = (),
-                      shared_cache_outcomes: Iterable[tuple[str, str]] = ()) -> None:
+                      shared_cache_outcomes: Iterable[tuple[str, str]] = (),
+                      resolver_sources: Iterable[str] = ()) -> None:
         """Create, at 0, the series whose label values are all known at start: errors of the
         configured receivers by reason (and the OTLP receivers' log records and data points), the
         configured judge's requests by outcome (and its latency histogram), for the local judge its
         fallbacks by reason, with cluster learning its records by outcome, with a shared verdict
-        cache its reads and writes by outcome. Series labelled by service appear with their service."""
+        cache its reads and writes by outcome, with document resolvers each source's lookups, ids
+        and unresolved retrievals. Series labelled by service appear with their service."""
         for receiver in receivers:
             for reason in RECEIVER_ERROR_REASONS.get(receiver, ()):
                 self.receiver_errors.labels(receiver=receiver, reason=reason)
@@ -208,3 +238,11 @@ class Metrics:
             self.cluster_records.labels(outcome=outcome)
         for operation, outcome in shared_cache_outcomes:
             self.shared_cache.labels(operation=operation, outcome=outcome)
+        for source in resolver_sources:
+            for outcome in RESOLVER_LOOKUP_OUTCOMES:
+                self.resolver_lookups.labels(source=source, outcome=outcome)
+            for outcome in RESOLVER_ID_OUTCOMES:
+                self.resolver_ids.labels(source=source, outcome=outcome)
+            for reason in RESOLVER_REASONS:
+                self.resolver_unresolved.labels(source=source, reason=reason)
+            self.resolver_latency.labels(source=source)

@@ -6,6 +6,10 @@ not use up a throttle token or a budget share:
     [head decision, for a RAG event] -> not_sampled / filtered -> no_contexts (no_content) -> duplicate -> throttled -> over_budget -> overloaded
     -> the scoring queue (which later decides evaluated / failed)
 
+A retrieval whose documents carry ids and no text is `no_content` unless `resolvable` says a
+document resolver will look their text up (collector/resolving/): then it goes on like one with
+text, to the resolver, which is this gate's scoring queue.
+
 `submit` never blocks and never awaits: it runs on the receivers' path.
 """
 from __future__ import annotations
@@ -150,6 +154,7 @@ class RetrievalGate(Stateless):
         budget: DailyBudget | None = None,
         rss_guard: RssGuard | None = None,
         recent: RecentKeys | None = None,
+        resolvable: Callable[[Retrieval], bool] | None = None,
     ) -> None:
         self.sampler = sampler
         self.queue = queue
@@ -158,6 +163,7 @@ class RetrievalGate(Stateless):
         self.budget = budget
         self.rss_guard = rss_guard
         self.recent = recent if recent is not None else RecentKeys()
+        self.resolvable = resolvable
         self.closed = False
 
     async def finish(self, deadline: Deadline) -> None:
@@ -168,6 +174,14 @@ class RetrievalGate(Stateless):
         by the scoring workers): its budget reservation becomes spend."""
         if self.budget is not None:
             self.budget.settle(cost_usd)
+
+    def unspent(self) -> None:
+        """A retrieval this gate queued was decided without being scored (`ScoreCosts`, told by
+        the resolver): its throttle token and budget reservation come back."""
+        if self.throttle is not None:
+            self.throttle.give_back()
+        if self.budget is not None:
+            self.budget.cancel()
 
     def not_sampled(self, service: str, count: int) -> None:
         """Retrievals that the head decision dropped without reading them."""
@@ -200,7 +214,8 @@ class RetrievalGate(Stateless):
         if not sample.sampled:
             # A rule that gives rate 0 excludes on purpose; a hash above the rate is chance.
             return Decision.FILTERED if sample.rule_index is not None and sample.rate <= 0 else Decision.NOT_SAMPLED
-        if not any(c.content and c.content.strip() for c in r.contexts):
+        if not any(c.content and c.content.strip() for c in r.contexts) and not (
+                self.resolvable is not None and r.textless and self.resolvable(r)):
             return Decision.NO_CONTENT if r.documents_without_text else Decision.NO_CONTEXTS
         if self.recent.seen_before((r.trace_id, r.span_id)):
             return Decision.DUPLICATE

@@ -121,7 +121,8 @@ class ScoringWorkers:
             retriever=r.retriever, model=self.identity.model, prompt_version=self.identity.prompt_version,
             sample_rate=r.sample_rate, answer_source=r.answer_source,
             scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r),
-            document_ids=names, previews=previews, query=self._text(r.query))
+            document_ids=names, previews=previews, query=self._text(r.query),
+            documents_resolved=r.documents_resolved)
         if self.costs is not None:
             self.costs.settled(result.usage.cost_usd)
         self.downstream.emit(Outcome(r, Decision.EVALUATED, result, None, record, now))
@@ -135,7 +136,8 @@ class ScoringWorkers:
             span_id=r.span_id, service=r.service, retriever=r.retriever, scale=self.identity.scale,
             model=self.identity.model, prompt_version=self.identity.prompt_version, k=len(r.contexts),
             usage=usage, sample_rate=r.sample_rate, answer_source=r.answer_source,
-            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r), query=self._text(r.query))
+            scored_at=datetime.fromtimestamp(now, tz=timezone.utc), timestamp=_timestamp(r), query=self._text(r.query),
+            documents_resolved=r.documents_resolved)
         if self.costs is not None:
             self.costs.settled(usage.cost_usd if usage is not None else 0.0)
         self.downstream.emit(Outcome(r, Decision.FAILED, None, (error_type, message), record, now))

@@ -87,6 +87,7 @@ STRUCTURED: dict[str, Any] = {
                               "contexts": "app.documents$[*].text"}],
     "conventions.tools.include": ["search_*"],
     "conventions.tools.exclude": ["web_search"],
+    "resolver.sources": [{"name": "kb", "kind": "http", "url": "http://127.0.0.1:9/documents"}],
 }
 
 

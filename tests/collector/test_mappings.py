@@ -66,6 +66,26 @@ mappings:
     assert [c.id for c in by_mastra.retrieval.contexts] == ["doc-2", "doc-1", "doc-0"]
 
 
+def test_a_mappings_entry_with_ids_alone_reads_documents_known_by_id() -> None:
+    """No `contexts`: the documents are the ids, in rank order, without text (a resolver looks
+    their text up). (Where another convention
+    reads the same span's documents with their text, that one wins: here it is left out.)"""
+    spans = spans_of("mastra171-vector")
+    by_path = """
+mappings:
+  - name: tool-ids
+    when: {gen_ai.tool.name: searchDocs}
+    query: gen_ai.tool.call.arguments$.queryText
+    ids: gen_ai.tool.call.result$.sources[*].id
+"""
+    [found] = Conventions(config(by_path, order=["tool-ids"])).extract(spans)
+    r = found.retrieval
+    assert (r.convention, r.contexts, r.documents_without_text) == ("tool-ids", [], 3)
+    assert [(d.id, d.content, d.position) for d in r.textless] == [("doc-2", "", None), ("doc-1", "", None),
+                                                                    ("doc-0", "", None)]
+    assert r.query
+
+
 def test_a_mapping_that_names_an_index_building_span_reads_it() -> None:
     spans = spans_of("llamaindex-openllmetry-indexbuild")
     assert [e.span.name for e in Conventions().extract(spans)] == ["VectorIndexRetriever.task"]
@@ -106,7 +126,7 @@ mappings:
     ({"mappings": [{"name": "m", "when": {}, "query": "q", "contexts": "c"}]}, "when"),
     ({"mappings": [{"name": "m", "when": {"a": "b"}, "query": "q", "contexts": "c$documents"}]},
      "the JSON path must be made of"),
-    ({"mappings": [{"name": "m", "when": {"a": "b"}, "query": "q"}]}, "contexts"),
+    ({"mapping": {"query": "q"}}, "contexts"),  # a mappings entry may leave them out, the single mapping not
     ({"order": ["genai", "genai"]}, "listed twice"),
 ])
 def test_bad_mappings_are_refused_naming_what_is_wrong(conventions: dict[str, Any], message: str,

@@ -55,6 +55,23 @@ async def run_app(framework: str, instrumentor: str, shape: str, *, endpoints: S
     return runs_of(report)
 
 
+async def run_app_module(module: str, *, endpoints: Sequence[str], service: str, env: dict[str, str] | None = None,
+                         args: Sequence[str] = (), timeout_s: float = 180.0) -> list[AppRun]:
+    """Runs one of the apps that have a module of their own (`genai_util_app`, `milvus_app`): every
+    question of the corpus, `env` added to a clean environment."""
+    python = require_apps_environment()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        command = [str(python), "-m", f"tests.realtraffic.apps.{module}", "--service-name", service, "--out", str(out),
+                   *args]
+        for endpoint in endpoints:
+            command += ["--endpoint", endpoint]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CTXPREC_", "PYTHON"))}
+        report = await run_report(command, env={**clean, **(env or {})}, out=out, what=f"{module} app",
+                                  timeout_s=timeout_s)
+    return runs_of(report)
+
+
 async def run_report(args: Sequence[str], *, env: dict[str, str], out: Path, what: str,
                      timeout_s: float) -> dict[str, Any]:
     """Runs an app process from the repository root; returns the JSON report it wrote to `out`."""

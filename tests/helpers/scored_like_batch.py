@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -49,17 +50,23 @@ class BatchScores:
     again (the JavaScript apps retrieve and answer the same three questions alike)."""
 
     def __init__(self) -> None:
-        self._scores: dict[tuple[str, tuple[str, ...], str], float] = {}
+        self._records: dict[tuple[str, tuple[str, ...], str], dict[str, Any]] = {}
 
     async def __call__(self, stub: StubJudge, runs: list[AppRun], tmp_path: Path) -> dict[str, float]:
-        new = [r for r in runs if _key(r) not in self._scores]
+        return {query: record["score"] for query, record in (await self.records(stub, runs, tmp_path)).items()}
+
+    async def records(self, stub: StubJudge, runs: list[AppRun], tmp_path: Path) -> dict[str, dict[str, Any]]:
+        """Each run's whole score record (verdicts, judge calls), by query. A run without an answer
+        (`answer` empty: none was in the trace) is scored against its question alone."""
+        new = [r for r in runs if _key(r) not in self._records]
         if new:
             await self._score(stub, new, tmp_path)
-        return {r.query: self._scores[_key(r)] for r in runs}
+        return {r.query: self._records[_key(r)] for r in runs}
 
     async def _score(self, stub: StubJudge, runs: list[AppRun], tmp_path: Path) -> None:
         events = tmp_path / "events.jsonl"
-        events.write_text("".join(json.dumps({"query": r.query, "contexts": r.contexts, "output": r.answer}) + "\n"
+        events.write_text("".join(json.dumps({"query": r.query, "contexts": r.contexts,
+                                              **({"output": r.answer} if r.answer else {})}) + "\n"
                                   for r in runs), encoding="utf-8")
         out = tmp_path / "scores.jsonl"
         proc = await asyncio.create_subprocess_exec(
@@ -70,9 +77,9 @@ class BatchScores:
         _, stderr = await asyncio.wait_for(proc.communicate(), 120)
         assert proc.returncode == 0, stderr.decode()
         records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        assert [r["reference_kind"] for r in records] == ["output"] * len(runs), records
+        assert [r["reference_kind"] for r in records] == ["output" if r.answer else "query" for r in runs], records
         for run, record in zip(runs, records):
-            self._scores[_key(run)] = record["score"]
+            self._records[_key(run)] = record
 
 
 def _key(run: AppRun) -> tuple[str, tuple[str, ...], str]:

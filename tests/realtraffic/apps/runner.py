@@ -181,18 +181,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = run_sequential(app, provider)
     else:
         runs = run_asgi(app, provider)
+    return finish(provider, tallies, args.endpoint, args.out, args.framework, args.instrumentor, args.shape, runs)
+
+
+def finish(provider: TracerProvider, tallies: Sequence[_ExportTally], endpoints: Sequence[str], out: Path,
+           framework: str, instrumentor: str, shape: str, runs: Sequence[RunResult]) -> int:
+    """Flushes the spans, writes the report to `out`; 1 if no span reached an endpoint."""
     provider.force_flush()
     provider.shutdown()
-
-    report = {
-        "framework": args.framework,
-        "instrumentor": args.instrumentor,
-        "shape": args.shape,
-        "runs": [asdict(r) for r in runs],
-    }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    report = {"framework": framework, "instrumentor": instrumentor, "shape": shape, "runs": [asdict(r) for r in runs]}
+    out.write_text(json.dumps(report, indent=2) + "\n")
     status = 0
-    for endpoint, tally in zip(args.endpoint, tallies):
+    for endpoint, tally in zip(endpoints, tallies):
         if tally.failed or not tally.exported:
             print(f"span export to {endpoint} failed: {tally.exported} exported, {tally.failed} failed",
                   file=sys.stderr)

@@ -1,7 +1,9 @@
 """End to end with a real Prometheus: the sidecar (OTLP from the synthetic app, a Kafka consumer
 on a Tansu broker, the stub judge over HTTP as an OpenAI model) is scraped every second with the
 project's rules (windows shortened); after the injected retriever degradation the drift alert
-fires, and every dashboard panel's queries return data through Prometheus's HTTP API."""
+fires, and every dashboard panel's queries return data through Prometheus's HTTP API. The panels
+that show silence (LLM traffic without a scored retrieval, tool calls not read as retrievals) get
+theirs from a real Pydantic AI agent's captured trace whose only tool is a weather lookup."""
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+# A real Pydantic AI agent (tests/realtraffic/agents) calling a tool that is not a retrieval.
+AGENT_WITHOUT_RETRIEVAL = ROOT / "tests" / "fixtures" / "otlp" / "pydantic-ai-weather"
 DEGRADE_AFTER_S = 20.0
 RATE = 30.0  # traces/s across both services
 ALERT_TIMEOUT_S = 60.0
@@ -104,6 +108,11 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
             async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=b"\x01not-protobuf",
                                     headers={"Content-Type": "application/x-protobuf"}) as r:
                 assert r.status == 400
+            for body in sorted(AGENT_WITHOUT_RETRIEVAL.glob("[0-9]*.pb")):
+                async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces",
+                                        data=body.read_bytes(),
+                                        headers={"Content-Type": "application/x-protobuf"}) as r:
+                    assert r.status == 200, await r.text()
 
             fired_at = await _wait_for_alert(prom, session, "CtxprecPrecisionDrift", "support-bot")
             assert fired_at - started > DEGRADE_AFTER_S, "the drift alert fired before the degradation"

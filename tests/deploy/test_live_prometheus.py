@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ctxprec.collector import config as config_module
 from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp
@@ -51,6 +52,29 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
     return False
 
 
+async def _agent_without_retrieval(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> None:
+    """The captured agent run, re-sent every 2 s under a new trace id as a running app would send
+    new runs (a counter that appears once and never moves has no increase for Prometheus)."""
+    bodies = [ExportTraceServiceRequest.FromString(p.read_bytes())
+              for p in sorted(AGENT_WITHOUT_RETRIEVAL.glob("[0-9]*.pb"))]
+    while not stop.is_set():
+        trace_id = uuid.uuid4().bytes
+        for request in bodies:
+            run = ExportTraceServiceRequest()
+            run.CopyFrom(request)
+            for resource_spans in run.resource_spans:
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        span.trace_id = trace_id
+            async with session.post(url, data=run.SerializeToString(),
+                                    headers={"Content-Type": "application/x-protobuf"}) as r:
+                assert r.status == 200, await r.text()
+        try:
+            await asyncio.wait_for(stop.wait(), 2.0)
+        except asyncio.TimeoutError:
+            pass
+
+
 async def _wait_for_alert(prom: Prometheus, session: aiohttp.ClientSession, name: str, service: str) -> float:
     deadline = time.monotonic() + ALERT_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -73,6 +97,7 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
     prom: Prometheus | None = None
     app: SyntheticRagApp | None = None
     app_task: asyncio.Task[Any] | None = None
+    agent_task: asyncio.Task[None] | None = None
     try:
         await create_topic(broker.bootstrap, topic, partitions=2)
         config = config_module.load(None, environ={}, file_values={
@@ -108,11 +133,8 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
             async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=b"\x01not-protobuf",
                                     headers={"Content-Type": "application/x-protobuf"}) as r:
                 assert r.status == 400
-            for body in sorted(AGENT_WITHOUT_RETRIEVAL.glob("[0-9]*.pb")):
-                async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces",
-                                        data=body.read_bytes(),
-                                        headers={"Content-Type": "application/x-protobuf"}) as r:
-                    assert r.status == 200, await r.text()
+            agent_task = asyncio.create_task(
+                _agent_without_retrieval(session, f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", stop_app))
 
             fired_at = await _wait_for_alert(prom, session, "CtxprecPrecisionDrift", "support-bot")
             assert fired_at - started > DEGRADE_AFTER_S, "the drift alert fired before the degradation"
@@ -175,6 +197,8 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
         stop_app.set()
         if app_task is not None:
             await asyncio.gather(app_task, return_exceptions=True)
+        if agent_task is not None:
+            await asyncio.gather(agent_task, return_exceptions=True)
         if app is not None:
             app.shutdown()
         stop_serve.set()

@@ -176,6 +176,17 @@ class Pipeline:
         identity = self.identity
         self.judge_agreement.describe(identity.identifier, model=identity.model,
                                       prompt_version=identity.prompt_version, role="live")
+        # People's labels, matched against the verdicts of recent scores (POST /labels, --labels-file).
+        from ctxprec.collector.judging.labels import LabelIntake, LabelsFile, VerdictRecorder
+
+        self.labels = LabelIntake(self.judge_agreement, verdict_capacity=judging.verdict_store_size,
+                                  max_waiting=judging.max_waiting_labels, wait_s=judging.labels_wait_s)
+        self._add_exporter("verdict_store", VerdictRecorder(self.labels.book, identity.identifier))
+        self.labels_file: LabelsFile | None = None
+        if judging.labels_file is not None:
+            self.labels_file = LabelsFile(judging.labels_file, self.labels)
+            self.graph.add("labels_file", self.labels_file)
+            self.graph.connect("labels_file", "verdict_store", "human labels, matched against its verdicts")
 
     def _add_resolving(self) -> DocumentResolver | None:
         """With `resolver.sources`: the stage between the gate and the workers that looks up the
@@ -478,6 +489,7 @@ class Pipeline:
                               "per service: the spans each convention read as retrievals, the tool calls seen and "
                               "not taken (why, and the setting that would take them), the LLM spans of traces "
                               "without a retrieval (?service=)")
+        server.add_post_route("/labels", self.labels.post)
         # Agreement numbers only, no documents: served whatever --diagnostics says.
         server.add_json_route("/diagnostics/judge", self.judge_agreement.view,
                               "per judge fingerprint: labelled contexts, agreement, Cohen's kappa with its 95% "

@@ -25,6 +25,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from ctxprec.scorer.agreement import Confusion
+
 MAX_LINE_BYTES = 64 * 1024
 MAX_CONTEXTS = 1000  # contexts one label line may cover (the judge caps contexts per retrieval far lower)
 MAX_ANNOTATOR_CHARS = 200
@@ -323,3 +325,92 @@ class LabelBook:
         return {"verdicts_kept": len(self._verdicts), "verdict_capacity": self.verdict_capacity,
                 "labels_waiting": self.waiting_labels, "max_waiting": self.max_waiting, "wait_s": self.wait_s,
                 "unmatched": dict(self.unmatched)}
+
+
+# -- offline: labels against score records (`ctxprec score --labels`, `ctxprec report --labels`) --
+
+MAX_REFUSED_KEPT = 20
+
+
+@dataclass(slots=True)
+class LabelledAgreement:
+    """People's labels against the verdicts in a set of score records, per judge."""
+
+    per_judge: dict[str, Confusion] = field(default_factory=dict)
+    labels: int = 0  # label lines taken
+    refused: list[tuple[int, str]] = field(default_factory=list)  # (line, reason), the first few
+    refused_count: int = 0
+    not_found: int = 0  # labelled contexts of retrievals the records do not hold
+    mismatched: int = 0  # labelled contexts that do not fit their retrieval's contexts
+
+    @property
+    def contexts(self) -> int:
+        return sum(c.total for c in self.per_judge.values())
+
+
+def record_verdicts(record: dict[str, Any]) -> tuple[str, str, list[bool]] | None:
+    """(trace id, span id, verdicts in rank order) of a scored record; None for a failed one or
+    one without ids (a label names its retrieval by trace and span id)."""
+    if record.get("error") or not isinstance(record.get("verdicts"), list):
+        return None
+    trace_id, span_id = record.get("trace_id"), record.get("span_id")
+    if not isinstance(trace_id, str) or not isinstance(span_id, str) or not trace_id or not span_id:
+        return None
+    rows = [v for v in record["verdicts"] if isinstance(v, dict) and isinstance(v.get("index"), int)
+            and isinstance(v.get("relevant"), bool)]
+    if not rows or len(rows) != len(record["verdicts"]):
+        return None
+    rows.sort(key=lambda v: v["index"])
+    return trace_id, span_id, [v["relevant"] for v in rows]
+
+
+def agreement_of(records: Iterable[dict[str, Any]], label_lines: Iterable[bytes | str],
+                 judge_of: Callable[[dict[str, Any]], str]) -> LabelledAgreement:
+    """Matches every label line to the records' verdicts; `judge_of(record)` names the judge."""
+    result = LabelledAgreement()
+
+    def pairs(judge: str, added: list[Pair], removed: list[Pair], annotator: str) -> None:
+        confusion = result.per_judge.setdefault(judge, Confusion())
+        for said, truth in added:
+            confusion.add(said, truth)
+        for said, truth in removed:
+            name = ("both_relevant" if said and truth else "judge_only" if said
+                    else "reference_only" if truth else "both_irrelevant")
+            setattr(confusion, name, max(0, getattr(confusion, name) - 1))
+
+    def unmatched(reason: str, n: int) -> None:
+        if reason == MISMATCH:
+            result.mismatched += n
+
+    book = LabelBook(verdict_capacity=1 << 62, max_waiting=1 << 62, wait_s=float("inf"),
+                     on_pairs=pairs, on_unmatched=unmatched)
+    for record in records:
+        found = record_verdicts(record)
+        if found is not None:
+            book.verdicts(found[0], found[1], judge_of(record), found[2])
+    for number, parsed in parse_lines(label_lines):
+        if isinstance(parsed, LabelError):
+            reason = str(parsed)
+        else:
+            outcome = book.label(parsed)
+            if outcome.status != "refused":
+                result.labels += 1
+                continue
+            reason = outcome.reason
+        result.refused_count += 1
+        if len(result.refused) < MAX_REFUSED_KEPT:
+            result.refused.append((number, reason))
+    result.not_found = book.waiting_labels
+    return result
+
+
+def agreement_text(confusion: Confusion) -> str:
+    """One line of figures: agreement, kappa with its interval, precision and recall."""
+    def number(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    interval = confusion.kappa_interval()
+    shown = f" (95% {interval[0]:.3f} to {interval[1]:.3f})" if interval else ""
+    return (f"{confusion.total} labelled contexts, agreement {number(confusion.agreement)}, "
+            f"kappa {number(confusion.kappa)}{shown}, precision {number(confusion.precision)}, "
+            f"recall {number(confusion.recall)}")

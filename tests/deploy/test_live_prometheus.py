@@ -3,7 +3,8 @@ on a Tansu broker, the stub judge over HTTP as an OpenAI model) is scraped every
 project's rules (windows shortened); after the injected retriever degradation the drift alert
 fires, and every dashboard panel's queries return data through Prometheus's HTTP API. The panels
 that show silence (LLM traffic without a scored retrieval, tool calls not read as retrievals) get
-theirs from a real Pydantic AI agent's captured trace whose only tool is a weather lookup."""
+theirs from a real Pydantic AI agent's captured trace whose only tool is a weather lookup; the judge
+agreement panels from people's labels POSTed on the Kafka events' retrievals."""
 from __future__ import annotations
 
 import asyncio
@@ -105,6 +106,14 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
                        "contexts": ["Click Reset Password under Settings.", "Invoices are PDF files."]}
                       for _ in range(6)]
             await produce(broker.bootstrap, topic, [(None, json.dumps(e).encode()) for e in events])
+            # People's labels on those retrievals (matched when their verdicts come): the judge
+            # agreement panels get data.
+            labels = "\n".join(json.dumps({"trace_id": e["trace_id"], "span_id": e["span_id"],
+                                            "relevant": [True, False], "annotator": "live-test"}) for e in events)
+            async with session.post(f"{pipeline.metrics_url}/labels", data=labels.encode(),
+                                    headers={"Content-Type": "application/x-ndjson"}) as r:
+                assert r.status == 200, await r.text()
+                assert (await r.json())["refused"] == []
             async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=b"\x01not-protobuf",
                                     headers={"Content-Type": "application/x-protobuf"}) as r:
                 assert r.status == 400

@@ -116,10 +116,10 @@ class Pipeline:
         self.metrics_server: MetricsServer | None = None
         self.listener_guards: list[ListenerGuard] = []  # the HTTP listeners' (gRPC keeps its limits itself)
         self._add_scoring()
-        self._add_judging()
         self.resolver: DocumentResolver | None = self._add_resolving()
         self._add_sampling()
         self._add_results()
+        self._add_judging()
         self.ingest: OtlpIngest = self._add_ingest()
         self._add_receivers()
         self._add_kafka()

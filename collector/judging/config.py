@@ -28,7 +28,7 @@ class JudgingConfig(BaseModel):
         DEFAULT_WAIT_S, "how long a label waits for its retrieval's verdicts before it is counted as expired",
         flag="--labels-wait-s")
     kappa_alert: float = setting(
-        DEFAULT_KAPPA_ALERT, "the judge is not trusted when the upper end of kappa's 95% interval is under this, "
+        DEFAULT_KAPPA_ALERT, "the judge is not trusted when the upper end of kappa's 95 percent interval is under this, "
                              "with at least 50 labelled contexts (ctxprec_judge_kappa_alert_threshold, read by the "
                              "alert CtxprecJudgeDisagrees)", flag="--judge-kappa-alert")
 

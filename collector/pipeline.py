@@ -28,6 +28,7 @@ by one `_add_exporter` call (a stage and its edge from the fan-out).
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Callable
 
 from ctxprec.collector.components import Deadline, ResultSink
@@ -182,11 +183,28 @@ class Pipeline:
         self.labels = LabelIntake(self.judge_agreement, verdict_capacity=judging.verdict_store_size,
                                   max_waiting=judging.max_waiting_labels, wait_s=judging.labels_wait_s)
         self._add_exporter("verdict_store", VerdictRecorder(self.labels.book, identity.identifier))
+        self._add_phoenix_labels()
         self.labels_file: LabelsFile | None = None
         if judging.labels_file is not None:
             self.labels_file = LabelsFile(judging.labels_file, self.labels)
             self.graph.add("labels_file", self.labels_file)
             self.graph.connect("labels_file", "verdict_store", "human labels, matched against its verdicts")
+
+    def _add_phoenix_labels(self) -> None:
+        """With `--sink phoenix=URL`: people's annotations read back from that Phoenix as labels."""
+        from ctxprec.collector.judging.phoenix_labels import PhoenixLabels
+
+        self.phoenix_labels: PhoenixLabels | None = None
+        interval = self.config.judging.labels_phoenix_interval_s
+        target = next((t for t in self.config.export.sinks if t.kind == "phoenix"), None)
+        if interval is None or target is None:
+            return
+        from ctxprec.collector.exporters.sinks import PHOENIX_API_KEY
+
+        self.phoenix_labels = PhoenixLabels(target.url, self.labels, interval_s=interval,
+                                            api_key=os.environ.get(PHOENIX_API_KEY) or None,
+                                            capacity=self.config.judging.verdict_store_size)
+        self._add_exporter("phoenix_labels", self.phoenix_labels)
 
     def _add_resolving(self) -> DocumentResolver | None:
         """With `resolver.sources`: the stage between the gate and the workers that looks up the

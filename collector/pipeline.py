@@ -174,6 +174,10 @@ class Pipeline:
         judging = self.config.judging
         self.judge_agreement = JudgeAgreement(self.metrics, kappa_alert=judging.kappa_alert)
         self.metrics.judge_kappa_threshold.set(judging.kappa_alert)
+        from ctxprec.scorer.labels import UNMATCHED_REASONS
+
+        for reason in UNMATCHED_REASONS:  # at 0 from the start, as every series with known label values
+            self.metrics.judge_labels_unmatched.labels(reason=reason)
         identity = self.identity
         self.judge_agreement.describe(identity.identifier, model=identity.model,
                                       prompt_version=identity.prompt_version, role="live")

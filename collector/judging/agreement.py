@@ -52,8 +52,9 @@ class AgreementEntry:
         interval = body["kappa_interval_95"]
         body["contexts"] = self.confusion.total
         # The same condition the alert rule tests, so that the view and the alert never disagree.
-        body["trusted"] = (None if self.confusion.total < MIN_LABELLED_FOR_ALERT or interval is None
-                           else interval[1] >= threshold)
+        # Against people only: a shadow judge far from the live one says nothing about either's truth.
+        body["trusted"] = (None if self.against != "human" or self.confusion.total < MIN_LABELLED_FOR_ALERT
+                           or interval is None else interval[1] >= threshold)
         return {"judge": self.judge, "against": self.against, **body,
                 "annotators": sorted(self.annotators)[:20]}
 

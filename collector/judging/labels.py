@@ -9,6 +9,7 @@ and is compared with the same labels."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -105,9 +106,11 @@ class VerdictRecorder(Stateless):
 
 class LabelsFile:
     """`--labels-file`: read at start, and again whenever its size or modification time changes
-    (an editor's save, an export job's rewrite, lines appended). Re-reading counts nothing twice:
-    a label for a context and annotator already taken replaces it. Each read logs what it came to
-    and the first refused lines."""
+    (an editor's save, an export job's rewrite, lines appended). Lines appended to what was read
+    are read alone; a file rewritten is read whole again, which counts nothing twice (a label for a
+    context and annotator already taken replaces it), though labels whose verdicts were evicted
+    meanwhile are counted as evicted again. Each read logs what it came to and the first refused
+    lines."""
 
     def __init__(self, path: str, intake: LabelIntake, *, poll_s: float = FILE_POLL_S) -> None:
         self.path = path
@@ -115,6 +118,9 @@ class LabelsFile:
         self.poll_s = poll_s
         self.reads = 0
         self._seen: tuple[int, int] | None = None
+        self._done = 0  # bytes read up to the end of the last whole line
+        self._done_hash = hashlib.sha256(b"").digest()
+        self._done_lines = 0
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -154,7 +160,19 @@ class LabelsFile:
                       MAX_FILE_BYTES)
             return False
         data = await asyncio.to_thread(_read, self.path, MAX_FILE_BYTES)
-        taken, refused = self.intake.take(data.splitlines())
+        start, first_line = 0, 0
+        if self._done and len(data) >= self._done and hashlib.sha256(data[:self._done]).digest() == self._done_hash:
+            start, first_line = self._done, self._done_lines  # appended to: only the new lines
+        part = data[start:]
+        lines = part.splitlines()
+        taken, refused = self.intake.take(lines)
+        for row in refused:
+            row["line"] += first_line
+        # Up to the last whole line: a line still being written is read again, whole, next time.
+        whole = part.rfind(b"\n") + 1
+        self._done = start + whole
+        self._done_hash = hashlib.sha256(data[:self._done]).digest()
+        self._done_lines = first_line + part[:whole].count(b"\n")
         self.reads += 1
         shown = "; ".join(f"line {r['line']}: {r['reason']}" for r in refused[:5])
         log.info("labels file %s: %d labels matched, %d waiting for verdicts, %d refused%s", self.path,

@@ -169,7 +169,8 @@ async def test_labels_posted_and_from_a_file_give_the_agreement_of_the_same_labe
         before = pipeline.labels_file.reads
         changed = [file_lines[0], _line(ids.retrieval(9), context_index=0, relevant=not verdicts[9][0],
                                         annotator="file"),
-                   _line(ids.retrieval(11), relevant=verdicts[11], annotator="file")]
+                   _line(ids.retrieval(11), relevant=verdicts[11], annotator="file"),
+                   _line(ids.retrieval(10), relevant=[True] * (len(verdicts[10]) + 1), annotator="file")]
         labels_file.write_text("\n".join(changed) + "\n")
         await wait_until(lambda: pipeline.labels_file.reads > before, timeout=30, what="the labels file re-read")
         fixed = Confusion()
@@ -182,10 +183,19 @@ async def test_labels_posted_and_from_a_file_give_the_agreement_of_the_same_labe
         entry = _human(await _get(f"{base}/diagnostics/judge"), live)
         assert entry is not None and entry["confusion"] == fixed.as_dict()["confusion"]
 
+        # A line appended: read alone (the wrong-length line above is not counted again).
+        before = pipeline.labels_file.reads
+        with labels_file.open("a") as handle:
+            handle.write(_line(ids.retrieval(2), context_index=0, relevant=verdicts[2][0], annotator="file") + "\n")
+        await wait_until(lambda: pipeline.labels_file.reads > before, timeout=30, what="the appended line read")
+        fixed.add(verdicts[2][0], verdicts[2][0])
+        entry = _human(await _get(f"{base}/diagnostics/judge"), live)
+        assert entry is not None and entry["confusion"] == fixed.as_dict()["confusion"]
+
         # A label for a retrieval whose verdicts left the store (10 kept; 12 scored): counted as evicted.
         status, answer = await _post(f"{base}/labels", _line(ids.retrieval(1), relevant=verdicts[1]))
         assert status == 200 and answer["matched"] == 0 and answer["waiting"] == 0
         assert "verdict store" in answer["refused"][0]["reason"]
         m = scrape(await _get(f"{base}/metrics"))
         assert value(m, "ctxprec_judge_labels_unmatched_total", reason="evicted") == 1
-        assert value(m, "ctxprec_judge_labels_unmatched_total", reason="mismatch") == 2
+        assert value(m, "ctxprec_judge_labels_unmatched_total", reason="mismatch") == 3

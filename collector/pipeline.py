@@ -28,6 +28,7 @@ by one `_add_exporter` call (a stage and its edge from the fan-out).
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Callable
 
 from ctxprec.collector.components import Deadline, ResultSink
@@ -119,6 +120,7 @@ class Pipeline:
         self.resolver: DocumentResolver | None = self._add_resolving()
         self._add_sampling()
         self._add_results()
+        self._add_judging()
         self.ingest: OtlpIngest = self._add_ingest()
         self._add_receivers()
         self._add_kafka()
@@ -163,6 +165,50 @@ class Pipeline:
         self.graph.add("workers", self.workers)
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
+
+    def _add_judging(self) -> None:
+        """How far to trust the judge: the agreement registry (`/diagnostics/judge`, the
+        `ctxprec_judge_*` agreement metrics) other parts add to, with the live judge described."""
+        from ctxprec.collector.judging.agreement import JudgeAgreement
+
+        judging = self.config.judging
+        self.judge_agreement = JudgeAgreement(self.metrics, kappa_alert=judging.kappa_alert)
+        self.metrics.judge_kappa_threshold.set(judging.kappa_alert)
+        from ctxprec.scorer.labels import UNMATCHED_REASONS
+
+        for reason in UNMATCHED_REASONS:  # at 0 from the start, as every series with known label values
+            self.metrics.judge_labels_unmatched.labels(reason=reason)
+        identity = self.identity
+        self.judge_agreement.describe(identity.identifier, model=identity.model,
+                                      prompt_version=identity.prompt_version, role="live")
+        # People's labels, matched against the verdicts of recent scores (POST /labels, --labels-file).
+        from ctxprec.collector.judging.labels import LabelIntake, LabelsFile, VerdictRecorder
+
+        self.labels = LabelIntake(self.judge_agreement, verdict_capacity=judging.verdict_store_size,
+                                  max_waiting=judging.max_waiting_labels, wait_s=judging.labels_wait_s)
+        self._add_exporter("verdict_store", VerdictRecorder(self.labels.book, identity.identifier))
+        self._add_phoenix_labels()
+        self.labels_file: LabelsFile | None = None
+        if judging.labels_file is not None:
+            self.labels_file = LabelsFile(judging.labels_file, self.labels)
+            self.graph.add("labels_file", self.labels_file)
+            self.graph.connect("labels_file", "verdict_store", "human labels, matched against its verdicts")
+
+    def _add_phoenix_labels(self) -> None:
+        """With `--sink phoenix=URL`: people's annotations read back from that Phoenix as labels."""
+        from ctxprec.collector.judging.phoenix_labels import PhoenixLabels
+
+        self.phoenix_labels: PhoenixLabels | None = None
+        interval = self.config.judging.labels_phoenix_interval_s
+        target = next((t for t in self.config.export.sinks if t.kind == "phoenix"), None)
+        if interval is None or target is None:
+            return
+        from ctxprec.collector.exporters.sinks import PHOENIX_API_KEY
+
+        self.phoenix_labels = PhoenixLabels(target.url, self.labels, interval_s=interval,
+                                            api_key=os.environ.get(PHOENIX_API_KEY) or None,
+                                            capacity=self.config.judging.verdict_store_size)
+        self._add_exporter("phoenix_labels", self.phoenix_labels)
 
     def _add_resolving(self) -> DocumentResolver | None:
         """With `resolver.sources`: the stage between the gate and the workers that looks up the
@@ -465,6 +511,12 @@ class Pipeline:
                               "per service: the spans each convention read as retrievals, the tool calls seen and "
                               "not taken (why, and the setting that would take them), the LLM spans of traces "
                               "without a retrieval (?service=)")
+        server.add_post_route("/labels", self.labels.post)
+        # Agreement numbers only, no documents: served whatever --diagnostics says.
+        server.add_json_route("/diagnostics/judge", self.judge_agreement.view,
+                              "per judge fingerprint: labelled contexts, agreement, Cohen's kappa with its 95% "
+                              "interval, precision and recall of relevant, the confusion counts, against human "
+                              "labels or the live judge (?judge=&against=)")
         sink = self.diagnostics
         if sink is not None:
             server.add_json_route("/diagnostics/documents", sink.documents_json,

@@ -4,8 +4,8 @@ environment variables and flags; flags win over the environment, the environment
 Each component declares its own settings beside it (receivers/config.py, exporters/config.py,
 scoring/config.py, sampling/config.py, assembly/config.py, assembly/conventions.py,
 metrics/config.py, metrics/drift.py, kafka/config.py, diagnostics/config.py,
-cluster/config.py, resolving/config.py): the YAML section, every key's default and
-meaning, and its flag. This module only composes them; pydantic-settings layers the three
+cluster/config.py, resolving/config.py, judging/config.py): the YAML section, every key's default
+and meaning, and its flag. This module only composes them; pydantic-settings layers the three
 sources and validates. The environment names stay flat (`CTXPREC_<FLAG>`, e.g.
 `CTXPREC_SAMPLE_RATE`), as users set them. A bad value is refused before anything starts, with a
 message that names the key and where the value came from:
@@ -32,6 +32,7 @@ from ctxprec.collector.cluster.config import ClusterConfig
 from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
 from ctxprec.collector.exporters.config import ExportConfig
+from ctxprec.collector.judging.config import JudgingConfig
 from ctxprec.collector.kafka.config import KafkaConfig
 from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.metrics.config import MetricsConfig
@@ -82,6 +83,9 @@ class ServeConfig(BaseSettings):
     resolver: ResolverConfig = Field(default_factory=ResolverConfig,
                                      description="document resolvers: the text of documents that traces name only "
                                                  "by id, looked up in the app's own store")
+    judging: JudgingConfig = Field(default_factory=JudgingConfig,
+                                   description="how far to trust the judge: human labels and the judge's agreement "
+                                               "with them")
     log_level: Annotated[str, BeforeValidator(choice(*LOG_LEVELS))] = setting(
         "info", "log level", flag="--log-level", choices=LOG_LEVELS)
     log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(

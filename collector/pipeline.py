@@ -116,6 +116,7 @@ class Pipeline:
         self.metrics_server: MetricsServer | None = None
         self.listener_guards: list[ListenerGuard] = []  # the HTTP listeners' (gRPC keeps its limits itself)
         self._add_scoring()
+        self._add_judging()
         self.resolver: DocumentResolver | None = self._add_resolving()
         self._add_sampling()
         self._add_results()
@@ -163,6 +164,18 @@ class Pipeline:
         self.graph.add("workers", self.workers)
         self.graph.connect("workers", "engine", "scores with")
         self.graph.connect("workers", "redaction" if config.judge.redact_pii else "fanout", "ResultSink")
+
+    def _add_judging(self) -> None:
+        """How far to trust the judge: the agreement registry (`/diagnostics/judge`, the
+        `ctxprec_judge_*` agreement metrics) other parts add to, with the live judge described."""
+        from ctxprec.collector.judging.agreement import JudgeAgreement
+
+        judging = self.config.judging
+        self.judge_agreement = JudgeAgreement(self.metrics, kappa_alert=judging.kappa_alert)
+        self.metrics.judge_kappa_threshold.set(judging.kappa_alert)
+        identity = self.identity
+        self.judge_agreement.describe(identity.identifier, model=identity.model,
+                                      prompt_version=identity.prompt_version, role="live")
 
     def _add_resolving(self) -> DocumentResolver | None:
         """With `resolver.sources`: the stage between the gate and the workers that looks up the
@@ -465,6 +478,11 @@ class Pipeline:
                               "per service: the spans each convention read as retrievals, the tool calls seen and "
                               "not taken (why, and the setting that would take them), the LLM spans of traces "
                               "without a retrieval (?service=)")
+        # Agreement numbers only, no documents: served whatever --diagnostics says.
+        server.add_json_route("/diagnostics/judge", self.judge_agreement.view,
+                              "per judge fingerprint: labelled contexts, agreement, Cohen's kappa with its 95% "
+                              "interval, precision and recall of relevant, the confusion counts, against human "
+                              "labels or the live judge (?judge=&against=)")
         sink = self.diagnostics
         if sink is not None:
             server.add_json_route("/diagnostics/documents", sink.documents_json,

@@ -131,6 +131,36 @@ class Metrics:
         self.recommended_k_saved_tokens = Gauge(
             "ctxprec_recommended_k_saved_tokens", "Context tokens per request that cutting to the recommended k saves (chars / 4).",
             ["service", "retriever"], registry=r)
+        # How far to trust the judge (collector/judging/, docs/JUDGES.md): per judge (its
+        # fingerprint, `cp-` and 16 hex digits, as in score records) against people's labels
+        # (`human`) or against the live judge (`live`, for a shadow judge), counted per context.
+        # A few judges per process at most (live, shadow, each configuration change), so bounded.
+        self.judge_labels = Counter(
+            "ctxprec_judge_labels", "Labelled contexts compared with a judge's verdicts, by judge fingerprint and "
+            "what it was compared against (human labels, or the live judge).", ["judge", "against"], registry=r)
+        self.judge_agreement = Gauge(
+            "ctxprec_judge_agreement_ratio", "Share of labelled contexts on which the judge agreed with the reference.",
+            ["judge", "against"], registry=r)
+        self.judge_kappa = Gauge(
+            "ctxprec_judge_kappa", "Cohen's kappa of the judge against the reference (agreement beyond chance).",
+            ["judge", "against"], registry=r)
+        self.judge_kappa_lower = Gauge(
+            "ctxprec_judge_kappa_lower", "Lower end of the 95% interval of ctxprec_judge_kappa.",
+            ["judge", "against"], registry=r)
+        self.judge_kappa_upper = Gauge(
+            "ctxprec_judge_kappa_upper", "Upper end of the 95% interval of ctxprec_judge_kappa (the alert "
+            "CtxprecJudgeDisagrees fires when it is under the threshold).", ["judge", "against"], registry=r)
+        self.judge_kappa_threshold = Gauge(
+            "ctxprec_judge_kappa_alert_threshold", "The setting judging.kappa_alert (--judge-kappa-alert): the alert "
+            "CtxprecJudgeDisagrees fires when ctxprec_judge_kappa_upper is under it.", registry=r)
+        self.judge_info = Gauge(
+            "ctxprec_judge_info", "1 per judge seen: its fingerprint, model, prompt version and role (live, shadow, "
+            "canary).", ["judge", "model", "prompt_version", "role"], registry=r)
+        self.judge_labels_unmatched = Counter(
+            "ctxprec_judge_labels_unmatched", "Human labels not compared with verdicts, by reason (evicted: the "
+            "verdicts had left the verdict store; expired: they never came while the label waited; "
+            "overflow: too many labels waiting; mismatch: the label's contexts do not fit the verdicts).",
+            ["reason"], registry=r)
         self.build_info = Gauge("ctxprec_build_info", "Build information.", ["version"], registry=r)
         self.build_info.labels(version=version).set(1)
 

@@ -101,11 +101,18 @@ class MetricsServer:
         self.metrics_open = metrics_open
         self.checks: list[NamedCheck] = []
         self.json_routes: dict[str, JsonHandler] = {}
+        self.post_routes: dict[str, Callable[[], JsonAnswer]] = {}
         self.about: dict[str, str] = {}  # path -> what it answers, for the /diagnostics/ index
         self._runner: web.AppRunner | None = None
 
     def add_check(self, name: str, check: ReadyCheck) -> None:
         self.checks.append(NamedCheck(name, check))
+
+    def add_post_route(self, path: str, handler: Callable[[], JsonAnswer], about: str = "") -> None:
+        """POST `path` (no body read) answers `handler()` as JSON: an operator's action, such as
+        acknowledging a judge change. Under `/diagnostics/`, so behind the same access rule."""
+        self.post_routes[path] = handler
+        self.about[path] = f"POST: {about}" if about else "POST"
 
     def add_json_route(self, path: str, handler: JsonHandler, about: str = "") -> None:
         """GET `path` answers `handler(query parameters)` as JSON (the diagnostics). Before `start`.
@@ -116,7 +123,7 @@ class MetricsServer:
     async def _diagnostics_index(self, request: web.Request) -> web.Response:
         """`/diagnostics/`: every diagnostics endpoint with what it answers (behind the same access
         rule as the endpoints themselves)."""
-        endpoints = [{"path": path, "about": self.about.get(path, "")} for path in sorted(self.json_routes)
+        endpoints = [{"path": path, "about": self.about.get(path, "")} for path in sorted({*self.json_routes, *self.post_routes})
                      if path.startswith(DIAGNOSTICS + "/")]
         return web.json_response({"endpoints": endpoints})
 
@@ -150,7 +157,9 @@ class MetricsServer:
         app.router.add_get("/readyz", self._readyz)
         for path, handler in self.json_routes.items():
             app.router.add_get(path, _json_route(handler))
-        if any(path.startswith(DIAGNOSTICS + "/") for path in self.json_routes):
+        for path, action in self.post_routes.items():
+            app.router.add_post(path, _post_route(action))
+        if any(path.startswith(DIAGNOSTICS + "/") for path in (*self.json_routes, *self.post_routes)):
             for path in (DIAGNOSTICS, DIAGNOSTICS + "/"):
                 app.router.add_get(path, self._diagnostics_index)
         self._runner = web.AppRunner(app, access_log=None, **self.guard.runner_options())
@@ -195,6 +204,14 @@ class MetricsServer:
 def _json_route(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def answer(request: web.Request) -> web.Response:
         reply = handler(request.query)
+        return web.json_response(reply.body, status=reply.status)
+
+    return answer
+
+
+def _post_route(action: Callable[[], JsonAnswer]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def answer(request: web.Request) -> web.Response:
+        reply = action()
         return web.json_response(reply.body, status=reply.status)
 
     return answer

@@ -417,7 +417,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         default = setting_.default
         shown = "none" if default is None or default == () else _shown(default)
-        help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]"
+        # argparse formats help with %: a literal one (a "95%" in a setting's words) is doubled.
+        help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]".replace("%", "%%")
         if setting_.switch:
             parser.add_argument(setting_.flag, dest=_dest(setting_.flag), nargs="?", const="true", default=None,
                                 metavar="true|false", help=help_text)

@@ -296,7 +296,7 @@ class Pipeline:
         engine = build_engine(shadow.judge_config(self.config.judge.judge_config()), scale=self.config.judge.scale,
                               observer=JudgeMetricsObserver(self.metrics, "shadow"))
         self.shadow = ShadowJudge(engine, agreement=self.judge_agreement, live_judge=self.identity.identifier,
-                                  sample_rate=shadow.sample_rate, max_in_flight=shadow.max_in_flight,
+                                  sample_rate=shadow.share, max_in_flight=shadow.max_in_flight,
                                   metrics=self.metrics,
                                   budget=DailyBudget(shadow.daily_budget_usd) if shadow.daily_budget_usd else None)
         self.judge_agreement.add_section("shadow", self.shadow.view)

@@ -22,7 +22,7 @@ class ShadowConfig(BaseModel):
         None, "the shadow judge's endpoint (as --judge-api-base)", flag="--shadow-judge-api-base", metavar="URL")
     api_key: Annotated[str | None, BeforeValidator(parse_api_key)] = setting(
         None, "the shadow judge's API key (as --judge-api-key)", flag="--shadow-judge-api-key", secret=True)
-    sample_rate: Rate = setting(0.1, "share of the scored retrievals the shadow judge judges too",
+    share: Rate = setting(0.1, "share of the scored retrievals the shadow judge judges too",
                                 flag="--shadow-sample-rate")
     max_in_flight: Count = setting(
         2, "retrievals the shadow judge judges at once, its own budget of requests: a sample offered while it is "

@@ -19,7 +19,7 @@ from tests.shadow.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.slow
 
-RETRIEVALS = 6
+RETRIEVALS = 4
 ANSWER = "Open Settings, choose Security and click Reset Password; the emailed link expires after 30 minutes."
 
 

@@ -42,6 +42,7 @@ BENCHMARKS = [
     "kafka_consume",
     "cluster",
     "drift_detection",
+    "kappa_interval",
 ]
 # Long runs `make bench` leaves out (minutes each); their last results are rendered when present.
 LONG_RUNS = {
@@ -117,6 +118,9 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "drift_detection": ("drift detection delay, adaptive sampling from 1% / flat 1% (simulated traffic)",
                         "ratios.adaptive_delay_over_flat_1pct",
                         "<= 0.5, <= 3x flat 10%, <= 1.2x calls, no more false alarms, bands 93-97%", "goal_met"),
+    "kappa_interval": ("width of Cohen's kappa's 95% interval at 50 labelled contexts (local judge vs its labelled "
+                       "sets, whole retrievals drawn; 200 and 1,000 and coverage below)", "sizes.50.cases.width_mean",
+                       "(no goal)", None),
 }
 
 

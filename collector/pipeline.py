@@ -28,6 +28,7 @@ by one `_add_exporter` call (a stage and its edge from the fan-out).
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Callable
 
 from ctxprec.collector.components import Deadline, ResultSink
@@ -119,11 +120,12 @@ class Pipeline:
         self.metrics_server: MetricsServer | None = None
         self.listener_guards: list[ListenerGuard] = []  # the HTTP listeners' (gRPC keeps its limits itself)
         self._add_scoring()
-        self._add_judging()
         self.resolver: DocumentResolver | None = self._add_resolving()
         self._add_sampling()
         self._add_results()
+        self._add_judging()
         self._add_canary()
+        self._add_shadow()
         self.ingest: OtlpIngest = self._add_ingest()
         self._add_receivers()
         self._add_kafka()
@@ -177,9 +179,41 @@ class Pipeline:
         judging = self.config.judging
         self.judge_agreement = JudgeAgreement(self.metrics, kappa_alert=judging.kappa_alert)
         self.metrics.judge_kappa_threshold.set(judging.kappa_alert)
+        from ctxprec.scorer.labels import UNMATCHED_REASONS
+
+        for reason in UNMATCHED_REASONS:  # at 0 from the start, as every series with known label values
+            self.metrics.judge_labels_unmatched.labels(reason=reason)
         identity = self.identity
         self.judge_agreement.describe(identity.identifier, model=identity.model,
                                       prompt_version=identity.prompt_version, role="live")
+        # People's labels, matched against the verdicts of recent scores (POST /labels, --labels-file).
+        from ctxprec.collector.judging.labels import LabelIntake, LabelsFile, VerdictRecorder
+
+        self.labels = LabelIntake(self.judge_agreement, verdict_capacity=judging.verdict_store_size,
+                                  max_waiting=judging.max_waiting_labels, wait_s=judging.labels_wait_s)
+        self._add_exporter("verdict_store", VerdictRecorder(self.labels.book, identity.identifier))
+        self._add_phoenix_labels()
+        self.labels_file: LabelsFile | None = None
+        if judging.labels_file is not None:
+            self.labels_file = LabelsFile(judging.labels_file, self.labels)
+            self.graph.add("labels_file", self.labels_file)
+            self.graph.connect("labels_file", "verdict_store", "human labels, matched against its verdicts")
+
+    def _add_phoenix_labels(self) -> None:
+        """With `--sink phoenix=URL`: people's annotations read back from that Phoenix as labels."""
+        from ctxprec.collector.judging.phoenix_labels import PhoenixLabels
+
+        self.phoenix_labels: PhoenixLabels | None = None
+        interval = self.config.judging.labels_phoenix_interval_s
+        target = next((t for t in self.config.export.sinks if t.kind == "phoenix"), None)
+        if interval is None or target is None:
+            return
+        from ctxprec.collector.exporters.sinks import PHOENIX_API_KEY
+
+        self.phoenix_labels = PhoenixLabels(target.url, self.labels, interval_s=interval,
+                                            api_key=os.environ.get(PHOENIX_API_KEY) or None,
+                                            capacity=self.config.judging.verdict_store_size)
+        self._add_exporter("phoenix_labels", self.phoenix_labels)
 
     def _add_resolving(self) -> DocumentResolver | None:
         """With `resolver.sources`: the stage between the gate and the workers that looks up the
@@ -248,7 +282,6 @@ class Pipeline:
         self._add_write_back()
         self._add_signal_forwarder()
         self._add_backend_sinks()
-        self._add_shadow()
 
     def _add_canary(self) -> None:
         """The judge canary (collector/canary/): the live judge's model re-judging a set of samples
@@ -296,6 +329,7 @@ class Pipeline:
         engine = build_engine(shadow.judge_config(self.config.judge.judge_config()), scale=self.config.judge.scale,
                               observer=JudgeMetricsObserver(self.metrics, "shadow"))
         self.shadow = ShadowJudge(engine, agreement=self.judge_agreement, live_judge=self.identity.identifier,
+                                  book=self.labels.book,
                                   sample_rate=shadow.share, max_in_flight=shadow.max_in_flight,
                                   metrics=self.metrics,
                                   budget=DailyBudget(shadow.daily_budget_usd) if shadow.daily_budget_usd else None)
@@ -535,10 +569,10 @@ class Pipeline:
                               "per service: the spans each convention read as retrievals, the tool calls seen and "
                               "not taken (why, and the setting that would take them), the LLM spans of traces "
                               "without a retrieval (?service=)")
-        # What the judge change's acknowledgement does: clear it and take a new canary baseline.
-        server.add_post_route("/diagnostics/judge/acknowledge", self._acknowledge_judge,
-                              "acknowledge a judge change: ctxprec_judge_changed back to 0 and a new canary baseline "
-                              "taken from the judge as it answers now")
+        server.add_post_route("/labels", self.labels.post)
+        # A judge change acknowledged: ctxprec_judge_changed back to 0 and a new canary baseline
+        # taken from the judge as it answers now (no body is read).
+        server.add_post_route("/diagnostics/judge/acknowledge", lambda body, content_type: self._acknowledge_judge())
         # Agreement numbers only, no documents: served whatever --diagnostics says.
         server.add_json_route("/diagnostics/judge", self.judge_agreement.view,
                               "per judge fingerprint: labelled contexts, agreement, Cohen's kappa with its 95% "

@@ -311,6 +311,25 @@ def scorer_health() -> dict[str, Any]:
               [Target("sum by (model) (rate(ctxprec_judge_cost_usd_total[$__rate_interval])) * 3600", "{{model}}")],
               w=8, h=8, unit="currencyUSD", extra=_LEGEND,
               description="From litellm's cost map; 0 for models it does not know (local judge, stubs)."),
+        Panel("Judge agreement with people (Cohen's kappa)", "timeseries", [
+            Target('max by (judge) (ctxprec_judge_kappa{against="human"})', "{{judge}} kappa"),
+            Target('max by (judge) (ctxprec_judge_kappa_lower{against="human"})', "{{judge}} 95% low"),
+            Target('max by (judge) (ctxprec_judge_kappa_upper{against="human"})', "{{judge}} 95% high"),
+            Target("max(ctxprec_judge_kappa_alert_threshold)", "alert threshold"),
+        ], w=12, h=8, unit="short", minmax=(-1, 1), extra=_LEGEND,
+            description="Per judge fingerprint (ctxprec_judge_info says which model and prompt version): kappa "
+                        "between the judge's verdicts and people's labels (POST /labels, --labels-file), with "
+                        "its 95% interval. 1 is perfect agreement, 0 no better than chance. The alert "
+                        "CtxprecJudgeDisagrees fires when the high end is under the threshold with at least 50 "
+                        "labelled contexts (docs/JUDGES.md, \"How far to trust the judge\")."),
+        Panel("Labelled contexts and agreement", "timeseries", [
+            Target("max by (judge, against) (ctxprec_judge_labels_total)", "{{judge}} vs {{against}}: labelled"),
+            Target("max by (judge, against) (ctxprec_judge_agreement_ratio) * 100",
+                   "{{judge}} vs {{against}}: agreement %"),
+        ], w=12, h=8, unit="short", extra=_LEGEND,
+            description="Contexts compared with people's labels (against=human) or, for a shadow judge, with "
+                        "the live judge (against=live), and the share on which they agreed. Labels that could "
+                        "not be compared are in ctxprec_judge_labels_unmatched_total."),
         Panel("Queue depth and traces buffered", "timeseries", [
             Target("sum(ctxprec_queue_depth)", "queue depth"),
             Target("sum(ctxprec_traces_buffered)", "traces buffered"),

@@ -32,6 +32,7 @@ from ctxprec.scorer.events import (
 )
 from ctxprec.scorer.judge.chat import JudgeError, RequestEvent, RequestObserver
 from ctxprec.scorer.key_warnings import KeyWarnings
+from ctxprec.scorer.labels import LabelledAgreement, agreement_of, agreement_text, record_verdicts
 from ctxprec.scorer.records import document_names, failure_record, record_id, record_text, score_record
 from ctxprec.scorer.redact import redacted
 from ctxprec.scorer.result import JudgeUsage
@@ -88,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="an unknown key or column, or a field given under two names, makes that event an error "
                              "(default: a warning, once per name)")
+    parser.add_argument("--labels", metavar="LABELS.jsonl", default=None,
+                        help="people's labels ({trace_id, span_id, relevant}, one JSON object a line): the judge's "
+                             "agreement with them (Cohen's kappa with its 95%% interval, precision, recall) is "
+                             "said at the end; default: none")
     add_judge_arguments(parser)
 
 
@@ -154,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         strict=args.strict,
         record_text_chars=judge.pop("record_text_chars", DEFAULT_RECORD_TEXT_CHARS),
         judge=judge,
+        labels_path=args.labels,
     )
     try:
         return asyncio.run(run_batch(options, stderr=sys.stderr))
@@ -180,6 +186,7 @@ class BatchOptions:
     window: int | None = None  # events held at once; default 4 x concurrency
     progress: bool | None = None  # None: only when stderr is a terminal
     judge: dict[str, Any] = field(default_factory=dict)  # other JudgeConfig fields (the --judge-* flags)
+    labels_path: str | None = None  # people's labels to measure the judge against (scorer/labels.py)
 
 
 @dataclass
@@ -257,6 +264,7 @@ class BatchSummary:
 
 async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
     """Score `options.events_path`; returns the exit status. Raises UsageError before any work."""
+    labels = read_labels(options.labels_path) if options.labels_path else None
     try:
         source = open_event_file(options.events_path)
     except EventFileError as exc:
@@ -288,8 +296,13 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
             warnings.note(note)
         failures = FailureLines(say)
 
+        judged: list[dict[str, Any]] = []  # with --labels: each scored record's ids and verdicts
+
         def write(record: dict[str, Any]) -> bool:
             failures.see(record)
+            if labels is not None and record_verdicts(record) is not None:
+                judged.append({"trace_id": record["trace_id"], "span_id": record["span_id"],
+                               "verdicts": record["verdicts"]})
             return sink.write(record)
 
         started = time.monotonic()
@@ -319,7 +332,49 @@ async def run_batch(options: BatchOptions, *, stderr: IO[str]) -> int:
         return 1
     failures.finish(options.output_path)
     stderr.write(summary.text(options.events_path, options.model, tally))
+    if labels is not None and options.labels_path:
+        fingerprint = engine.fingerprint
+        stderr.write(labels_text(options.labels_path, agreement_of(judged, labels, lambda _: fingerprint),
+                                 fingerprint))
     return 0 if summary.failed == 0 else 1
+
+
+MAX_LABELS_BYTES = 256 * 1024 * 1024
+
+
+def read_labels(path: str) -> list[bytes]:
+    """The label file's lines; UsageError when it cannot be read (before any scoring)."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_LABELS_BYTES:
+            raise UsageError(f"--labels {path}: {size} bytes, over the limit of {MAX_LABELS_BYTES}")
+        with open(path, "rb") as handle:
+            return handle.read(MAX_LABELS_BYTES).splitlines()
+    except OSError as exc:
+        raise UsageError(f"--labels {path}: cannot read ({exc.strerror or exc})") from None
+
+
+def labels_text(path: str, agreement: LabelledAgreement, judge: str) -> str:
+    """The closing lines of a run with --labels."""
+    confusion = agreement.per_judge.get(judge)
+    lines = []
+    if confusion is None or not confusion.total:
+        lines.append(f"ctxprec score: labels {path}: no label matched a scored retrieval (labels name them by "
+                     "trace_id and span_id)")
+    else:
+        c = confusion
+        lines.append(f"ctxprec score: labels {path}: judge {judge}: {agreement_text(c)}; confusion (judge/people) "
+                     f"yes/yes {c.both_relevant}, yes/no {c.judge_only}, no/yes {c.reference_only}, "
+                     f"no/no {c.both_irrelevant}")
+    left = []
+    if agreement.not_found:
+        left.append(f"{agreement.not_found} labelled contexts of retrievals not scored here")
+    if agreement.refused_count:
+        first = agreement.refused[0]
+        left.append(f"{agreement.refused_count} lines refused (first: line {first[0]}: {first[1]})")
+    if left:
+        lines.append(f"ctxprec score: labels {path}: " + "; ".join(left))
+    return "".join(line + "\n" for line in lines)
 
 
 @dataclass

@@ -52,8 +52,9 @@ class AgreementEntry:
         interval = body["kappa_interval_95"]
         body["contexts"] = self.confusion.total
         # The same condition the alert rule tests, so that the view and the alert never disagree.
-        body["trusted"] = (None if self.confusion.total < MIN_LABELLED_FOR_ALERT or interval is None
-                           else interval[1] >= threshold)
+        # Against people only: a shadow judge far from the live one says nothing about either's truth.
+        body["trusted"] = (None if self.against != "human" or self.confusion.total < MIN_LABELLED_FOR_ALERT
+                           or interval is None else interval[1] >= threshold)
         return {"judge": self.judge, "against": self.against, **body,
                 "annotators": sorted(self.annotators)[:20]}
 
@@ -89,24 +90,34 @@ class JudgeAgreement:
             annotator: str | None = None) -> int:
         """Pairs `verdicts[i]` (the judge's) with `reference[i]` (people's, or the live judge's);
         the two must be the same length. Returns the number of contexts counted."""
-        if against not in AGAINST:
-            raise ValueError(f"against must be one of {', '.join(AGAINST)}, got {against!r}")
         if len(verdicts) != len(reference):
             raise ValueError(f"{len(verdicts)} verdicts against {len(reference)} reference verdicts")
-        if not verdicts:
+        return self.apply(judge, against, list(zip(verdicts, reference)), (), annotator)
+
+    def apply(self, judge: str, against: str, added: Sequence[tuple[bool, bool]],
+              removed: Sequence[tuple[bool, bool]] = (), annotator: str | None = None) -> int:
+        """Counts the (judge, reference) pairs `added` and takes back `removed` (the pairs of a
+        label that was replaced by a newer one for the same context and annotator). Returns the
+        net change in labelled contexts."""
+        if against not in AGAINST:
+            raise ValueError(f"against must be one of {', '.join(AGAINST)}, got {against!r}")
+        if not added and not removed:
             return 0
         with self._lock:
             entry = self.entries.get((judge, against))
             if entry is None:
                 entry = self.entries[(judge, against)] = AgreementEntry(judge, against)
-            for said, truth in zip(verdicts, reference):
+            for said, truth in added:
                 entry.confusion.add(bool(said), bool(truth))
+            for said, truth in removed:
+                _take_back(entry.confusion, bool(said), bool(truth))
             if annotator and len(entry.annotators) < self.max_annotators:
                 entry.annotators.add(annotator)
             confusion = Confusion()
             confusion.merge(entry.confusion)
-        self._publish(judge, against, confusion, len(verdicts))
-        return len(verdicts)
+        net = len(added) - len(removed)
+        self._publish(judge, against, confusion, max(0, net))
+        return net
 
     def count_unmatched(self, reason: str, n: int = 1) -> None:
         """Labels that were not compared (evicted, expired, overflow, mismatch): counted, never lost silently."""
@@ -176,3 +187,10 @@ class JudgeAgreement:
                 sections[name] = {"error": f"{type(error).__name__}: {error}"[:200]}
         body["sections"] = sections
         return JsonResponse(200, body)
+
+
+def _take_back(confusion: Confusion, judge: bool, reference: bool) -> None:
+    """The inverse of `Confusion.add` (never below 0)."""
+    name = ("both_relevant" if judge and reference else "judge_only" if judge
+            else "reference_only" if reference else "both_irrelevant")
+    setattr(confusion, name, max(0, getattr(confusion, name) - 1))

@@ -3,7 +3,7 @@ how many recent verdicts are kept to match them against, and the agreement alert
 (docs/JUDGES.md, "How far to trust the judge")."""
 from __future__ import annotations
 
-from ctxprec.collector.config_types import Count, Positive, ReadableFile, setting
+from ctxprec.collector.config_types import Count, OptionalPositive, Positive, ReadableFile, setting
 from ctxprec.collector.judging.agreement import DEFAULT_KAPPA_ALERT
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -27,8 +27,12 @@ class JudgingConfig(BaseModel):
     labels_wait_s: Positive = setting(
         DEFAULT_WAIT_S, "how long a label waits for its retrieval's verdicts before it is counted as expired",
         flag="--labels-wait-s")
+    labels_phoenix_interval_s: OptionalPositive = setting(
+        300.0, "with --sink phoenix=URL: every this many seconds, read people's annotations (annotator kind HUMAN) "
+               "on the recently scored spans back from that Phoenix as labels; off: never",
+        flag="--labels-phoenix-interval")
     kappa_alert: float = setting(
-        DEFAULT_KAPPA_ALERT, "the judge is not trusted when the upper end of kappa's 95% interval is under this, "
+        DEFAULT_KAPPA_ALERT, "the judge is not trusted when the upper end of kappa's 95 percent interval is under this, "
                              "with at least 50 labelled contexts (ctxprec_judge_kappa_alert_threshold, read by the "
                              "alert CtxprecJudgeDisagrees)", flag="--judge-kappa-alert")
 

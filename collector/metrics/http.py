@@ -6,11 +6,13 @@ answers 200 only when every one passes, and its body says which failed.
 Access: the probes are always open (a kubelet sends no token). With a token configured,
 `/metrics` needs it unless `metrics.open`, and `/diagnostics/` always does. Without a token,
 `/diagnostics/` answers only on a loopback address: it names documents and may quote them, which
-is more than a scrape of numbers.
+is more than a scrape of numbers. `POST /labels` (people's labels in, collector/judging/) keeps the
+same rule as `/diagnostics/`: it changes what the sidecar reports.
 
 Connections keep the listeners' limits (collector/listeners.py): slow, idle or surplus clients
 are closed, so that they cannot take the port from the probes; no endpoint takes a body, and a
-request that declares one over 1 MB is refused before it is read."""
+request that declares one over 1 MB is refused before it is read; `POST /labels` reads its body within
+the listeners' body timeout and the same 1 MB."""
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +26,7 @@ from aiohttp import web
 from ctxprec.collector.components import Deadline
 from ctxprec.collector.listener_limits import ListenersConfig
 from ctxprec.collector.listener_security import ListenerSecurity, is_loopback
-from ctxprec.collector.listeners import ListenerGuard
+from ctxprec.collector.listeners import BodyRefused, ListenerGuard
 from ctxprec.collector.metrics.registry import Metrics
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -38,7 +40,7 @@ PROBES = ("/healthz", "/readyz")
 DIAGNOSTICS = "/diagnostics"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ctxprec"'}
 LISTENER = "metrics"
-_MAX_BODY_BYTES = 1024 * 1024  # aiohttp's default; nothing here reads a body
+_MAX_BODY_BYTES = 1024 * 1024  # aiohttp's default; only the POST routes (/labels) read a body
 
 
 class JsonAnswer(Protocol):
@@ -50,6 +52,8 @@ class JsonAnswer(Protocol):
 
 # Called with the request's query parameters; runs on the event loop, so it must not block.
 JsonHandler = Callable[[Mapping[str, str]], JsonAnswer]
+# Called with a POST request's body and its Content-Type; runs on the event loop.
+BodyHandler = Callable[[bytes, str], JsonAnswer]
 
 
 @dataclass(slots=True)
@@ -101,18 +105,12 @@ class MetricsServer:
         self.metrics_open = metrics_open
         self.checks: list[NamedCheck] = []
         self.json_routes: dict[str, JsonHandler] = {}
-        self.post_routes: dict[str, Callable[[], JsonAnswer]] = {}
+        self.post_routes: dict[str, BodyHandler] = {}  # behind the /diagnostics/ access rule
         self.about: dict[str, str] = {}  # path -> what it answers, for the /diagnostics/ index
         self._runner: web.AppRunner | None = None
 
     def add_check(self, name: str, check: ReadyCheck) -> None:
         self.checks.append(NamedCheck(name, check))
-
-    def add_post_route(self, path: str, handler: Callable[[], JsonAnswer], about: str = "") -> None:
-        """POST `path` (no body read) answers `handler()` as JSON: an operator's action, such as
-        acknowledging a judge change. Under `/diagnostics/`, so behind the same access rule."""
-        self.post_routes[path] = handler
-        self.about[path] = f"POST: {about}" if about else "POST"
 
     def add_json_route(self, path: str, handler: JsonHandler, about: str = "") -> None:
         """GET `path` answers `handler(query parameters)` as JSON (the diagnostics). Before `start`.
@@ -120,10 +118,15 @@ class MetricsServer:
         self.json_routes[path] = handler
         self.about[path] = about
 
+    def add_post_route(self, path: str, handler: BodyHandler) -> None:
+        """POST `path` answers `handler(body, content type)` as JSON; the route keeps the access
+        rule of `/diagnostics/` (a token when one is set; loopback only without one). Before `start`."""
+        self.post_routes[path] = handler
+
     async def _diagnostics_index(self, request: web.Request) -> web.Response:
         """`/diagnostics/`: every diagnostics endpoint with what it answers (behind the same access
         rule as the endpoints themselves)."""
-        endpoints = [{"path": path, "about": self.about.get(path, "")} for path in sorted({*self.json_routes, *self.post_routes})
+        endpoints = [{"path": path, "about": self.about.get(path, "")} for path in sorted(self.json_routes)
                      if path.startswith(DIAGNOSTICS + "/")]
         return web.json_response({"endpoints": endpoints})
 
@@ -138,10 +141,10 @@ class MetricsServer:
         if path in PROBES:
             return await handler(request)
         header = request.headers.get("Authorization")
-        if path == DIAGNOSTICS or path.startswith(DIAGNOSTICS + "/"):
+        if path == DIAGNOSTICS or path.startswith(DIAGNOSTICS + "/") or path in self.post_routes:
             if self.security.bearer_token is None:
                 if not is_loopback(self.host):
-                    return web.Response(status=403, text="forbidden: /diagnostics/ on a non-loopback address needs "
+                    return web.Response(status=403, text=f"forbidden: {path} on a non-loopback address needs "
                                                          "a metrics token (CTXPREC_METRICS_TOKEN or "
                                                          "--metrics-token-file)\n")
             elif not self.security.token_matches(header):
@@ -157,14 +160,17 @@ class MetricsServer:
         app.router.add_get("/readyz", self._readyz)
         for path, handler in self.json_routes.items():
             app.router.add_get(path, _json_route(handler))
-        for path, action in self.post_routes.items():
-            app.router.add_post(path, _post_route(action))
-        if any(path.startswith(DIAGNOSTICS + "/") for path in (*self.json_routes, *self.post_routes)):
+        for path, body_handler in self.post_routes.items():
+            app.router.add_post(path, self._body_route(body_handler))
+        if any(path.startswith(DIAGNOSTICS + "/") for path in self.json_routes):
             for path in (DIAGNOSTICS, DIAGNOSTICS + "/"):
                 app.router.add_get(path, self._diagnostics_index)
         self._runner = web.AppRunner(app, access_log=None, **self.guard.runner_options())
         await self._runner.setup()
         self.port = await self.guard.serve(self._runner, self.host, self.port, self.security.server_ssl_context())
+
+    def _body_route(self, handler: BodyHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+        return _body_route_of(self.guard, handler)
 
     async def finish(self, deadline: Deadline) -> None:
         return None  # it answers until the end: scrapes and probes during shutdown see it stopping
@@ -201,17 +207,21 @@ class MetricsServer:
         return web.Response(text="ready\n")
 
 
-def _json_route(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _body_route_of(guard: ListenerGuard, handler: BodyHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def answer(request: web.Request) -> web.Response:
-        reply = handler(request.query)
+        try:
+            body = await guard.read_body(request)
+        except BodyRefused as exc:
+            return web.json_response({"error": exc.message}, status=exc.status)
+        reply = handler(body, request.headers.get("Content-Type", ""))
         return web.json_response(reply.body, status=reply.status)
 
     return answer
 
 
-def _post_route(action: Callable[[], JsonAnswer]) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _json_route(handler: JsonHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def answer(request: web.Request) -> web.Response:
-        reply = action()
+        reply = handler(request.query)
         return web.json_response(reply.body, status=reply.status)
 
     return answer

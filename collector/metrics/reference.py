@@ -98,6 +98,16 @@ def _label_values() -> str:
              ("`outcome` (`ctxprec_resolver_lookups_total`)", _listed(RESOLVER_LOOKUP_OUTCOMES)),
              ("`outcome` (`ctxprec_resolver_ids_total`)", _listed(RESOLVER_ID_OUTCOMES)),
              ("`reason` (`ctxprec_resolver_unresolved_total`)", _listed(RESOLVER_REASONS))]
+    from ctxprec.collector.judging.agreement import AGAINST, ROLES
+    from ctxprec.scorer.labels import UNMATCHED_REASONS
+
+    rows += [("`judge` (`ctxprec_judge_labels_total`, `ctxprec_judge_agreement_ratio`, `ctxprec_judge_kappa*`, "
+              "`ctxprec_judge_info`)",
+              "the judge's fingerprint, `cp-` and 16 hex digits (the score records' identifier); "
+              "`ctxprec_judge_info` names its model, prompt version and role"),
+             ("`against` (the same)", _listed(AGAINST) + " (people's labels; the live judge, for a shadow judge)"),
+             ("`role` (`ctxprec_judge_info`)", _listed(ROLES)),
+             ("`reason` (`ctxprec_judge_labels_unmatched_total`)", _listed(UNMATCHED_REASONS))]
     lines = ["## Label values", "", "| label | values |", "|---|---|"]
     lines += [f"| {label} | {values} |" for label, values in rows]
     return "\n".join(lines) + "\n"

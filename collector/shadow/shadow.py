@@ -48,7 +48,9 @@ class ShadowAnswer:
 class ShadowJudge:
     def __init__(self, engine: Any, *, agreement: JudgeAgreement, live_judge: str, sample_rate: float,
                  max_in_flight: int, metrics: Metrics | None = None, budget: DailyBudget | None = None,
-                 draw: Callable[[], float] = random.random) -> None:
+                 book: Any = None, draw: Callable[[], float] = random.random) -> None:
+        """`book`: the label book (collector/judging/labels.py), where the shadow's verdicts wait for
+        people's labels too, under its own fingerprint (its agreement against `human`)."""
         self.engine = engine
         self.agreement = agreement
         self.live_judge = live_judge  # the live judge's fingerprint
@@ -57,6 +59,7 @@ class ShadowJudge:
         self.max_in_flight = max_in_flight
         self.metrics = metrics
         self.budget = budget
+        self.book = book
         self._draw = draw
         self.counts = dict.fromkeys(OUTCOMES, 0)
         self.recent: deque[ShadowAnswer] = deque(maxlen=RECENT)  # for /diagnostics/judge and tests
@@ -113,6 +116,9 @@ class ShadowJudge:
             self._count("failed")
             return
         self.agreement.add(self.fingerprint, "live", said, live)
+        if self.book is not None and r.trace_id and r.span_id:
+            ordered = sorted(shadow.verdicts, key=lambda v: v.index)
+            self.book.verdicts(r.trace_id, r.span_id, self.fingerprint, [v.relevant for v in ordered])
         self.recent.append(ShadowAnswer(r.trace_id, r.span_id, live, said))
         self._count("judged")
 

@@ -6,9 +6,13 @@ import argparse
 import os
 import sys
 
+from ctxprec.scorer.labels import agreement_of
 from ctxprec.scorer.report.load import LoadedRecords, load_records
+from ctxprec.scorer.report.render_judge import judge_agreement_section, judge_of_record
 from ctxprec.scorer.report.render import render_report
 from ctxprec.scorer.report.stats import ReportData, compute
+
+MAX_LABELS_BYTES = 256 * 1024 * 1024
 
 __all__ = ["add_arguments", "run", "build_report", "load_records", "compute", "render_report"]
 
@@ -16,13 +20,23 @@ __all__ = ["add_arguments", "run", "build_report", "load_records", "compute", "r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scores", metavar="SCORES.jsonl", help="score records written by 'ctxprec score' or the sidecar")
     parser.add_argument("-o", "--output", metavar="REPORT.html", required=True, help="where to write the HTML report")
+    parser.add_argument("--labels", metavar="LABELS.jsonl", default=None,
+                        help="people's labels ({trace_id, span_id, relevant}, one JSON object a line): the report "
+                             "shows the judge's agreement with them (Cohen's kappa with its 95%% interval, "
+                             "precision, recall, confusion counts); default: none")
 
 
-def build_report(path: str) -> tuple[str, LoadedRecords, ReportData]:
+def build_report(path: str, labels_path: str | None = None) -> tuple[str, LoadedRecords, ReportData]:
     with open(path, "rb") as stream:
         loaded = load_records(stream)
     data = compute(loaded.records)
-    return render_report(path, loaded, data), loaded, data
+    judge_section = ""
+    if labels_path is not None:
+        with open(labels_path, "rb") as stream:
+            lines = stream.read(MAX_LABELS_BYTES).splitlines()
+        agreement = agreement_of(loaded.records, lines, judge_of_record)
+        judge_section = judge_agreement_section(agreement, labels_path)
+    return render_report(path, loaded, data, judge_section), loaded, data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,13 +45,16 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{source}: is a directory, expected a JSONL file of score records")
     if not os.path.exists(source):
         return _usage(f"{source}: no such file")
+    labels = getattr(args, "labels", None)
+    if labels is not None and not os.path.isfile(labels):
+        return _usage(f"--labels {labels}: no such file")
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):
         return _usage(f"-o {target}: the directory {directory} does not exist")
     try:
-        html, loaded, data = build_report(source)
+        html, loaded, data = build_report(source, labels)
     except OSError as exc:
-        return _usage(f"{source}: cannot read ({exc.strerror or exc})")
+        return _usage(f"{exc.filename or source}: cannot read ({exc.strerror or exc})")
     try:
         with open(target, "w", encoding="utf-8") as out:
             out.write(html)

@@ -22,7 +22,7 @@ REASON_CHARS = 600  # reasons are cut in the table of lowest scores; the record 
 QUESTION_CHARS = 200  # questions are cut in the tables; the record keeps up to --record-text-chars
 
 
-def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
+def render_report(source: str, loaded: LoadedRecords, data: ReportData, judge_section: str = "") -> str:
     template = Template(resources.files("ctxprec.scorer.report").joinpath("template.html").read_text(encoding="utf-8"))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [_problems(loaded)]
@@ -35,6 +35,7 @@ def render_report(source: str, loaded: LoadedRecords, data: ReportData) -> str:
     else:
         sections += [
             _summary(data),
+            judge_section,
             _distribution(data),
             _over_time(data),
             _rank_relevance(data),

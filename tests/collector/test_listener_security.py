@@ -132,6 +132,11 @@ async def test_diagnostics_without_a_token_answer_only_on_loopback() -> None:
         status, body = await _get(f"http://127.0.0.1:{port}/diagnostics/documents")
         assert status == 403 and "metrics token" in body
         assert (await _get(f"http://127.0.0.1:{port}/metrics"))[0] == 200
+        # People's labels change what the sidecar reports: the same rule as the diagnostics.
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/labels", data=b"{}",
+                                    headers={"Content-Type": "application/x-ndjson"}) as response:
+                assert response.status == 403 and "metrics token" in await response.text()
     async with running(serve_config()) as pipeline:
         assert (await _get(f"{pipeline.metrics_url}/diagnostics/documents"))[0] == 200
 

@@ -3,7 +3,8 @@ on a Tansu broker, the stub judge over HTTP as an OpenAI model) is scraped every
 project's rules (windows shortened); after the injected retriever degradation the drift alert
 fires, and every dashboard panel's queries return data through Prometheus's HTTP API. The panels
 that show silence (LLM traffic without a scored retrieval, tool calls not read as retrievals) get
-theirs from a real Pydantic AI agent's captured trace whose only tool is a weather lookup."""
+theirs from a real Pydantic AI agent's captured trace whose only tool is a weather lookup; the judge
+agreement panels from people's labels POSTed on the Kafka events' retrievals."""
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +22,7 @@ from ctxprec.collector import config as config_module
 from ctxprec.collector.demo.synthetic_app import AppConfig, SyntheticRagApp
 from ctxprec.collector.serve import serve
 from ctxprec.collector.stub_judge import StubJudge
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from tests.deploy.live_prometheus import Prometheus
 from tests.helpers.processes import free_port
 from tests.kafka.tansu import Broker, create_topic, produce
@@ -41,6 +43,17 @@ def _substitute(expr: str, range_s: int) -> str:
     # $__rate_interval (4 x the 1 s scrape interval, rounded up) and $__range.
     return (expr.replace("$__rate_interval", "10s").replace("$__range", f"{range_s}s")
             .replace("$service", ".*").replace("$retriever", ".*"))
+
+
+def _as_new_trace(body: bytes) -> bytes:
+    """A captured OTLP trace request under a fresh trace id (another run of the same app)."""
+    request = ExportTraceServiceRequest.FromString(body)
+    trace_id = uuid.uuid4().bytes
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                span.trace_id = trace_id
+    return request.SerializeToString()
 
 
 def _has_data(result: list[dict[str, Any]]) -> bool:
@@ -105,6 +118,14 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
                        "contexts": ["Click Reset Password under Settings.", "Invoices are PDF files."]}
                       for _ in range(6)]
             await produce(broker.bootstrap, topic, [(None, json.dumps(e).encode()) for e in events])
+            # People's labels on those retrievals (matched when their verdicts come): the judge
+            # agreement panels get data.
+            labels = "\n".join(json.dumps({"trace_id": e["trace_id"], "span_id": e["span_id"],
+                                            "relevant": [True, False], "annotator": "live-test"}) for e in events)
+            async with session.post(f"{pipeline.metrics_url}/labels", data=labels.encode(),
+                                    headers={"Content-Type": "application/x-ndjson"}) as r:
+                assert r.status == 200, await r.text()
+                assert (await r.json())["refused"] == []
             async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces", data=b"\x01not-protobuf",
                                     headers={"Content-Type": "application/x-protobuf"}) as r:
                 assert r.status == 400
@@ -115,6 +136,15 @@ async def test_alert_fires_and_every_dashboard_panel_has_data(tmp_path: Path, st
                     assert r.status == 200, await r.text()
 
             fired_at = await _wait_for_alert(prom, session, "CtxprecPrecisionDrift", "support-bot")
+            # The agent runs again (the same capture under a new trace id), many scrapes after its
+            # first run: the silence counters rise while Prometheus watches, so that increase()
+            # over the panels' range sees them (a counter that first appears at its final value
+            # shows no increase).
+            for body in sorted(AGENT_WITHOUT_RETRIEVAL.glob("[0-9]*.pb")):
+                async with session.post(f"http://127.0.0.1:{pipeline.otlp_http_port}/v1/traces",
+                                        data=_as_new_trace(body.read_bytes()),
+                                        headers={"Content-Type": "application/x-protobuf"}) as r:
+                    assert r.status == 200, await r.text()
             assert fired_at - started > DEGRADE_AFTER_S, "the drift alert fired before the degradation"
             assert app.stats.degraded_at is not None
 

@@ -310,8 +310,8 @@ class Pipeline:
             interval_s=canary.interval_s, false_alarm_rate=canary.false_alarm_rate, metrics=self.metrics,
             budget=self.gate.budget, live_fingerprint=lambda: str(self.engine.fingerprint),
             alarmed_services=self.drift.alarmed_services)
-        self.judge_agreement.describe(str(self.canary.engine.fingerprint), model=self.canary.engine.model,
-                                      prompt_version=self.canary.engine.prompt_version, role="canary")
+        # The canary is the live judge asked again (its fingerprint is the live one's): not
+        # described apart in the agreement registry, only its own section.
         self.judge_agreement.add_section("canary", self.canary.view)
         # Outside the flow of retrievals: it asks the judge on its own schedule.
         self.graph.add("canary", self.canary, extension=True)

@@ -98,11 +98,17 @@ class JudgeCanary:
 
     async def _loop(self) -> None:
         while True:
-            if self.baseline is None or self._rebase.is_set():
-                self._rebase.clear()
-                await self._take_baseline()
-            else:
-                await self.round()
+            try:
+                if self.baseline is None or self._rebase.is_set():
+                    self._rebase.clear()
+                    await self._take_baseline()
+                else:
+                    await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not end the schedule: logged, counted, tried again
+                self._count("failed")
+                log.exception("judge canary round failed")
             try:  # woken early by an acknowledgement
                 await asyncio.wait_for(self._rebase.wait(), self.interval_s if self.baseline is not None
                                        else min(self.interval_s, 60.0))

@@ -571,7 +571,7 @@ class Pipeline:
                               "without a retrieval (?service=)")
         server.add_post_route("/labels", self.labels.post)
         # A judge change acknowledged: ctxprec_judge_changed back to 0 and a new canary baseline
-        # taken from the judge as it answers now (no body is read).
+        # taken from the judge as it answers now (a body, if any, is ignored).
         server.add_post_route("/diagnostics/judge/acknowledge", lambda body, content_type: self._acknowledge_judge())
         # Agreement numbers only, no documents: served whatever --diagnostics says.
         server.add_json_route("/diagnostics/judge", self.judge_agreement.view,

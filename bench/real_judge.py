@@ -85,6 +85,7 @@ def run_serve(ctxprec: str, url: str) -> dict[str, Any]:
     events = [json.loads(line) for line in SAMPLES.read_text(encoding="utf-8").splitlines()]
     otlp, metrics = free_port(), free_port()
     serve = subprocess.Popen([ctxprec, "serve", *JUDGE, "--judge-api-base", url, "--sample-rate", "1",
+                              "--judge-canary-mode", "off",  # the one-slot server is the scores' alone
                               "--otlp-grpc", "off", "--otlp-http", f"127.0.0.1:{otlp}",
                               "--metrics", f"127.0.0.1:{metrics}", "--quiet-period", "0.5"],
                              env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -43,7 +43,15 @@ BENCHMARKS = [
     "cluster",
     "drift_detection",
     "kappa_interval",
+    "canary_detection",
+    "shadow_overhead",
 ]
+# A benchmark whose result file is named otherwise than the benchmark.
+RESULT_OF = {"canary_detection": "canary"}
+
+
+def result_name(name: str) -> str:
+    return RESULT_OF.get(name, name)
 # Long runs `make bench` leaves out (minutes each); their last results are rendered when present.
 LONG_RUNS = {
     "soak": "python -m bench.attacks --soak-s 900",
@@ -121,13 +129,18 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "kappa_interval": ("width of Cohen's kappa's 95% interval at 50 labelled contexts (local judge vs its labelled "
                        "sets, whole retrievals drawn; 200 and 1,000 and coverage below)", "sizes.50.cases.width_mean",
                        "(no goal)", None),
+    "canary_detection": ("judge canary: detection of a judge flipping 5% of verdicts (false \"changed\" on an "
+                         "unchanged judge, 20% flips beside it; 100 runs, stub judge)", "detection_rate_flip_5pct",
+                         "false changed <= 0.02, 20% flips >= 0.95", "goal_met"),
+    "shadow_overhead": ("live scoring throughput of `ctxprec serve` with a shadow judge at 10% / without",
+                        "ratio_with_over_without", ">= 0.95", "goal_met"),
 }
 
 
 def headline_table(names: list[str], folder: Path = RESULTS) -> list[str]:
     rows = ["| benchmark | compared | ratio | goal | met |", "|---|---|---|---|---|"]
     for name in names:
-        path = folder / f"{name}.json"
+        path = folder / f"{result_name(name)}.json"
         if name not in HEADLINES or not path.exists():
             continue
         what, key, goal, test = HEADLINES[name]
@@ -166,7 +179,7 @@ def render(names: list[str], runs: dict[str, dict[str, Any]]) -> str:
            (f"Run: {stamp}." if runs else f"Rendered: {stamp}, from the results of the last run."), "",
            "## Summary", ""] + headline_table(names) + ["Every figure of every run follows.", ""]
     for name in names:
-        path = RESULTS / f"{name}.json"
+        path = RESULTS / f"{result_name(name)}.json"
         out.append(f"## {name}")
         out.append("")
         status = runs.get(name, {})
@@ -204,7 +217,7 @@ def run_one(name: str, flags: list[str], folder: Path, count: int) -> dict[str, 
     cmd = [sys.executable, "-m", f"bench.{name}", *flags]
     started, began = time.monotonic(), time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    result = folder / f"{name}.json"
+    result = folder / f"{result_name(name)}.json"
     reported = result.exists() and result.stat().st_mtime >= began
     with _PRINT:
         print(f"[{BENCHMARKS.index(name) + 1 if name in BENCHMARKS else '-'}/{count}] {' '.join(cmd[1:])}")

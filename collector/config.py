@@ -4,7 +4,8 @@ environment variables and flags; flags win over the environment, the environment
 Each component declares its own settings beside it (receivers/config.py, exporters/config.py,
 scoring/config.py, sampling/config.py, assembly/config.py, assembly/conventions.py,
 metrics/config.py, metrics/drift.py, kafka/config.py, diagnostics/config.py,
-cluster/config.py, resolving/config.py, judging/config.py): the YAML section, every key's default
+cluster/config.py, resolving/config.py, judging/config.py, canary/config.py,
+shadow/config.py): the YAML section, every key's default
 and meaning, and its flag. This module only composes them; pydantic-settings layers the three
 sources and validates. The environment names stay flat (`CTXPREC_<FLAG>`, e.g.
 `CTXPREC_SAMPLE_RATE`), as users set them. A bad value is refused before anything starts, with a
@@ -28,6 +29,7 @@ import yaml
 from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.cli import ENV_PREFIX, env_name
 from ctxprec.collector.assembly.conventions import ConventionConfig
+from ctxprec.collector.canary.config import CanaryConfig
 from ctxprec.collector.cluster.config import ClusterConfig
 from ctxprec.collector.config_types import METAVARS, Switch, choice, setting
 from ctxprec.collector.diagnostics.config import DiagnosticsConfig
@@ -40,6 +42,7 @@ from ctxprec.collector.metrics.drift import DriftConfig
 from ctxprec.collector.receivers.config import ReceiversConfig
 from ctxprec.collector.resolving.config import ResolverConfig
 from ctxprec.collector.sampling.config import SamplingConfig
+from ctxprec.collector.shadow.config import ShadowConfig
 from ctxprec.collector.scoring.config import ServeJudgeConfig, ScoringConfig
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -86,6 +89,12 @@ class ServeConfig(BaseSettings):
     judging: JudgingConfig = Field(default_factory=JudgingConfig,
                                    description="how far to trust the judge: human labels and the judge's agreement "
                                                "with them")
+    canary: CanaryConfig = Field(default_factory=CanaryConfig,
+                                 description="the judge canary: a set of samples re-judged on a schedule, to notice "
+                                             "a changed judge")
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig,
+                                 description="a shadow judge: a candidate judging a share of the retrievals beside "
+                                             "the live judge")
     log_level: Annotated[str, BeforeValidator(choice(*LOG_LEVELS))] = setting(
         "info", "log level", flag="--log-level", choices=LOG_LEVELS)
     log_format: Annotated[str, BeforeValidator(choice(*LOG_FORMATS))] = setting(
@@ -408,7 +417,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         default = setting_.default
         shown = "none" if default is None or default == () else _shown(default)
-        help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]"
+        # argparse formats help with %: a literal one (a "95%" in a setting's words) is doubled.
+        help_text = f"{setting_.help} (default: {shown}) [yaml {setting_.key}, env {setting_.env}]".replace("%", "%%")
         if setting_.switch:
             parser.add_argument(setting_.flag, dest=_dest(setting_.flag), nargs="?", const="true", default=None,
                                 metavar="true|false", help=help_text)

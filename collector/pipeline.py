@@ -32,6 +32,7 @@ import os
 from typing import TYPE_CHECKING, Callable
 
 from ctxprec.collector.components import Deadline, ResultSink
+from ctxprec.collector.diagnostics.views import JsonResponse
 from ctxprec.collector.config import ServeConfig
 from ctxprec.collector.exporters.activity_log import ActivityLog
 from ctxprec.collector.exporters.fanout import ResultFanout
@@ -74,6 +75,8 @@ from ctxprec.scorer.judge.shared_cache import OUTCOMES as SHARED_CACHE_OUTCOMES
 
 if TYPE_CHECKING:  # built only when configured, so imported where they are built
     from ctxprec.collector.assembly.ingest import OtlpIngest
+    from ctxprec.collector.canary.runner import JudgeCanary
+    from ctxprec.collector.shadow.shadow import ShadowJudge
     from ctxprec.collector.cluster.feed import ClusterFeed
     from ctxprec.collector.diagnostics.sink import DiagnosticsSink
     from ctxprec.collector.exporters.evaluator import EvaluatorExporter
@@ -121,6 +124,8 @@ class Pipeline:
         self._add_sampling()
         self._add_results()
         self._add_judging()
+        self._add_canary()
+        self._add_shadow()
         self.ingest: OtlpIngest = self._add_ingest()
         self._add_receivers()
         self._add_kafka()
@@ -277,6 +282,59 @@ class Pipeline:
         self._add_write_back()
         self._add_signal_forwarder()
         self._add_backend_sinks()
+
+    def _add_canary(self) -> None:
+        """The judge canary (collector/canary/): the live judge's model re-judging a set of samples
+        on a schedule; a change it notices is `ctxprec_judge_changed`, a log line, and a note on
+        every drift alarm raised within the window of it. A new fingerprint is a new drift baseline."""
+        from ctxprec.collector.canary.watch import JudgeWatch
+
+        canary = self.config.canary
+        self.judge_watch = JudgeWatch(self.metrics, window_s=canary.change_window_s,
+                                      on_new_fingerprint=lambda before, after: self.drift.new_baseline(
+                                          f"the judge's fingerprint changed ({before} -> {after})"))
+        self.drift.judge_note = self.judge_watch.drift_words
+        if self.diagnostics is not None:
+            self.diagnostics.explainer.judge_note = self.judge_watch.drift_words
+        self.canary: JudgeCanary | None = None
+        if not canary.enabled(self.engine.model):
+            return
+        from ctxprec.collector.canary.runner import JudgeCanary
+        from ctxprec.collector.canary.samples import load_canary
+
+        samples = load_canary(canary.file)
+        judge = self.config.judge
+        self.canary = JudgeCanary.build(
+            samples, judge.judge_config(), scale=judge.scale,
+            observer=JudgeMetricsObserver(self.metrics, "canary"), watch=self.judge_watch,
+            interval_s=canary.interval_s, false_alarm_rate=canary.false_alarm_rate, metrics=self.metrics,
+            budget=self.gate.budget, live_fingerprint=lambda: str(self.engine.fingerprint),
+            alarmed_services=self.drift.alarmed_services)
+        # The canary is the live judge asked again (its fingerprint is the live one's): not
+        # described apart in the agreement registry, only its own section.
+        self.judge_agreement.add_section("canary", self.canary.view)
+        # Outside the flow of retrievals: it asks the judge on its own schedule.
+        self.graph.add("canary", self.canary, extension=True)
+
+    def _add_shadow(self) -> None:
+        """`--shadow-judge-model`: a candidate judging a share of the scored retrievals beside the
+        live judge, compared with it in the agreement registry, never published as scores."""
+        shadow = self.config.shadow
+        self.shadow: ShadowJudge | None = None
+        if not shadow.enabled:
+            return
+        from ctxprec.collector.shadow.shadow import ShadowJudge
+        from ctxprec.scorer.engine import build_engine
+
+        engine = build_engine(shadow.judge_config(self.config.judge.judge_config()), scale=self.config.judge.scale,
+                              observer=JudgeMetricsObserver(self.metrics, "shadow"))
+        self.shadow = ShadowJudge(engine, agreement=self.judge_agreement, live_judge=self.identity.identifier,
+                                  book=self.labels.book,
+                                  sample_rate=shadow.share, max_in_flight=shadow.max_in_flight,
+                                  metrics=self.metrics,
+                                  budget=DailyBudget(shadow.daily_budget_usd) if shadow.daily_budget_usd else None)
+        self.judge_agreement.add_section("shadow", self.shadow.view)
+        self._add_exporter("shadow", self.shadow)
 
     def _add_exporter(self, name: str, sink: ResultSink, *, grace_s: float = 0.0) -> None:
         """An exporter: a stage fed by the fan-out (`sink` must also be a Component)."""
@@ -512,6 +570,9 @@ class Pipeline:
                               "not taken (why, and the setting that would take them), the LLM spans of traces "
                               "without a retrieval (?service=)")
         server.add_post_route("/labels", self.labels.post)
+        # A judge change acknowledged: ctxprec_judge_changed back to 0 and a new canary baseline
+        # taken from the judge as it answers now (a body, if any, is ignored).
+        server.add_post_route("/diagnostics/judge/acknowledge", lambda body, content_type: self._acknowledge_judge())
         # Agreement numbers only, no documents: served whatever --diagnostics says.
         server.add_json_route("/diagnostics/judge", self.judge_agreement.view,
                               "per judge fingerprint: labelled contexts, agreement, Cohen's kappa with its 95% "
@@ -528,6 +589,13 @@ class Pipeline:
             server.add_json_route("/diagnostics/top_k", sink.top_k_json,
                                   "per service and retriever: the smallest top-k keeping 95% of the relevant "
                                   "contexts, and the curve (?service=&retriever=)")
+
+    def _acknowledge_judge(self) -> JsonResponse:
+        if self.canary is not None:
+            self.canary.acknowledge()
+            return JsonResponse(202, {"acknowledged": True, "new_baseline": "being taken"})
+        self.judge_watch.cleared("acknowledged")
+        return JsonResponse(200, {"acknowledged": True, "new_baseline": None})
 
     # -- what the stages report --
 

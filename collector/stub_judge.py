@@ -60,6 +60,12 @@ Real servers, modelled by settings (what the judge client must survive, from rea
 `max_tokens` is honoured for every answer: content past `max_tokens * 4` characters is cut and
 the choice's finish_reason is `length`.
 
+A changed judge, modelled (the canary's tests and benchmark): `flip_rate` turns the verdict of
+that share of contexts around, always the same contexts (those whose text hashes, with
+`flip_salt`, below the rate), as a hosted model updated behind the same name answers some
+inputs differently from then on; `noise_rate` turns a verdict around at random with that
+probability on every answer, the run-to-run variation of a model judge sampled at temperature 0.
+
 `seed` makes the fault and jitter draws reproducible for a given request order. `GET /stats`
 returns the counters (requests, responses by status, faults by kind, tokens); `POST /control`
 with a JSON object changes latency and fault settings at run time (chaos tests) and
@@ -73,6 +79,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import random
@@ -144,6 +151,9 @@ class StubSettings:
     reject_status: int = 500
     verbose_reasons: bool = False
     huge_answer_mb: float = 0.0  # > 0: every answer streams this many MB of an unfinished document
+    flip_rate: float = 0.0  # share of contexts (picked by a hash of their text) always answered the other way
+    flip_salt: str = ""  # which contexts flip_rate picks
+    noise_rate: float = 0.0  # probability that any verdict is turned around, drawn afresh on every answer
 
     def __post_init__(self) -> None:
         self.fault_kinds = tuple(self.fault_kinds)
@@ -155,8 +165,12 @@ class StubSettings:
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
-        if not _is_number(self.error_rate) or not 0.0 <= self.error_rate <= 1.0:
-            raise ValueError(f"error_rate: must be a number between 0 and 1, got {self.error_rate!r}")
+        for name in ("error_rate", "flip_rate", "noise_rate"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: must be a number between 0 and 1, got {value!r}")
+        if not isinstance(self.flip_salt, str):
+            raise ValueError(f"flip_salt: must be a string, got {self.flip_salt!r}")
         unknown = [k for k in self.fault_kinds if k not in ALL_FAULTS]
         if unknown or not self.fault_kinds:
             raise ValueError(
@@ -251,6 +265,15 @@ def parse_data_block(messages: Any) -> dict[str, Any]:
     raise BadRequest("messages: no user message carries a BEGIN_DATA/END_DATA block")
 
 
+def flipped(text: str, rate: float, salt: str = "") -> bool:
+    """Whether `flip_rate` turns this context's verdict around: the same answer for the same text
+    every time (a changed judge is consistent), for about `rate` of all texts."""
+    if rate <= 0.0:
+        return False
+    digest = hashlib.sha256((salt + "\x00" + text).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < rate
+
+
 def answer_verdicts(data: dict[str, Any]) -> list[dict[str, Any]]:
     contexts = data.get("contexts")
     if not isinstance(contexts, list):
@@ -332,6 +355,8 @@ class StubJudge:
         self.stats = StubStats()
         self.recent: deque[RecordedRequest] = deque(maxlen=256)
         self._rng = random.Random(self.settings.seed)
+        # Its own stream, so that noise does not move the fault and jitter draws of a seeded run.
+        self._noise = random.Random(None if self.settings.seed is None else self.settings.seed + 1)
         self._slots: asyncio.Semaphore | None = None
         self._slot_count = 0
         self._in_flight = 0
@@ -359,6 +384,7 @@ class StubJudge:
         self.settings = merged
         if "seed" in changes:
             self._rng = random.Random(merged.seed)
+            self._noise = random.Random(None if merged.seed is None else merged.seed + 1)
         return merged
 
     def reset_stats(self) -> None:
@@ -486,7 +512,7 @@ class StubJudge:
             data = parse_data_block(messages)
             task = data.get("task", "verdicts")
             if task == "verdicts":
-                verdicts = answer_verdicts(data)
+                verdicts = self._changed(answer_verdicts(data), data)
                 answer: dict[str, Any] = {"verdicts": verdicts}
             elif task == "reason":
                 answer = {"reason": answer_reason(data)}
@@ -568,6 +594,21 @@ class StubJudge:
                 },
             },
         )
+
+    def _changed(self, verdicts: list[dict[str, Any]], data: dict[str, Any]) -> list[dict[str, Any]]:
+        """The verdicts as a changed (flip_rate) or noisy (noise_rate) judge gives them."""
+        settings = self.settings
+        if not settings.flip_rate and not settings.noise_rate:
+            return verdicts
+        texts = {c.get("context_index"): c.get("text", "") for c in data.get("contexts", []) if isinstance(c, dict)}
+        for verdict in verdicts:
+            turn = flipped(texts.get(verdict["context_index"], ""), settings.flip_rate, settings.flip_salt)
+            if settings.noise_rate and self._noise.random() < settings.noise_rate:
+                turn = not turn
+            if turn:
+                verdict["verdict"] = "no" if verdict["verdict"] == "yes" else "yes"
+                verdict["reason"] = "The judge answers this context differently now."
+        return verdicts
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -654,6 +695,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-s", type=NON_NEGATIVE, default=30.0, help="how long a 'timeout' fault holds a request")
     parser.add_argument("--huge-answer-mb", type=NON_NEGATIVE, default=0.0,
                         help="stream every answer as this many MB of a JSON document that never ends (default 0: off)")
+    parser.add_argument("--flip-rate", type=RATE, default=0.0,
+                        help="share of contexts (picked by a hash of their text) always judged the other way: a "
+                             "changed judge (default 0)")
+    parser.add_argument("--flip-salt", default="", help="which contexts --flip-rate picks (default: none given)")
+    parser.add_argument("--noise-rate", type=RATE, default=0.0,
+                        help="probability that any verdict is turned around on each answer: run-to-run variation "
+                             "(default 0)")
     parser.add_argument("--retry-after-s", type=NON_NEGATIVE, default=1.0, help="Retry-After of a 'rate_limit' fault")
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault/jitter RNG, for reproducible runs (default: a fresh seed each run)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model id listed by GET /v1/models")
@@ -676,6 +724,9 @@ def settings_from_args(args: argparse.Namespace) -> StubSettings:
         reject_status=args.reject_status,
         verbose_reasons=args.verbose_reasons,
         huge_answer_mb=args.huge_answer_mb,
+        flip_rate=args.flip_rate,
+        flip_salt=args.flip_salt,
+        noise_rate=args.noise_rate,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.run_all import BENCHMARKS
+from bench.run_all import BENCHMARKS, result_name
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +27,6 @@ def test_every_benchmark_runs_quickly_and_reports() -> None:
     ran = [name for name in BENCHMARKS if name not in NEEDS_PHOENIX]
     for name in ran:
         assert f"-m bench.{name} --quick" in proc.stdout
-        report = json.loads((ROOT / "bench" / "results" / "quick" / f"{name}.json").read_text())
+        report = json.loads((ROOT / "bench" / "results" / "quick" / f"{result_name(name)}.json").read_text())
         assert report, f"{name} wrote an empty report"
     assert "| benchmark | compared | ratio | goal | met |" in proc.stdout

@@ -307,6 +307,8 @@ class DriftExplainer:
         self._clock = clock
         self._detector = detector or (lambda service: None)
         self._at_alarm: dict[str, DriftExplanation] = {}
+        # The judge canary's note for an alarm raised at a time (collector/canary/watch.py).
+        self.judge_note: Callable[[float], str | None] | None = None
 
     def __call__(self, service: str) -> None:
         # Runs inside the metrics sink's emit: a failure here must not cost the score its metrics.
@@ -316,12 +318,16 @@ class DriftExplainer:
                 detector = self._detector(service)
                 drift = detector.drift if detector is not None else None
                 head = drift.words(service) if drift is not None else f"precision drift in service {service!r}"
-                self._log.warning("%s; no slice statistics yet", head)
+                self._log.warning("%s; no slice statistics yet%s", head, self._judge_tail())
                 return
             self._at_alarm[service] = explanation
-            self._log.warning("%s", explanation.message())
+            self._log.warning("%s%s", explanation.message(), self._judge_tail(explanation.at))
         except Exception:
             self._log.exception("explaining the drift of service %r failed", service)
+
+    def _judge_tail(self, at: float | None = None) -> str:
+        note = self.judge_note(self._clock() if at is None else at) if self.judge_note is not None else None
+        return f"; {note}" if note else ""
 
     def current(self, service: str) -> DriftExplanation | None:
         """The decomposition as of now (whether or not the service is alarmed)."""

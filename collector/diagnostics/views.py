@@ -82,13 +82,25 @@ def drift_view(explainer: DriftExplainer, params: Mapping[str, str],
             continue
         at_alarm = explainer.at_alarm(service)
         now = explainer.current(service)
+        is_alarmed = alarmed(service) if alarmed is not None else None
         services.append({
             "service": service,
-            "alarmed": alarmed(service) if alarmed is not None else None,
-            "at_alarm": None if at_alarm is None else at_alarm.to_dict(),
-            "now": None if now is None else now.to_dict(),
+            "alarmed": is_alarmed,
+            "at_alarm": None if at_alarm is None else _with_judge_note(at_alarm.to_dict(), explainer, at_alarm.at),
+            "now": None if now is None else _with_judge_note(
+                now.to_dict(), explainer, (at_alarm.at if at_alarm is not None else now.at) if is_alarmed else None),
         })
     return JsonResponse(200, {"attributes": list(explainer.slices.attributes), "services": services})
+
+
+def _with_judge_note(entry: dict[str, Any], explainer: DriftExplainer, at: float | None) -> dict[str, Any]:
+    """An alarm raised within the window of a judge change says so (`judge_changed`, and its
+    message); an entry without an alarm has nothing to excuse."""
+    note = explainer.judge_note(at) if at is not None and explainer.judge_note is not None else None
+    entry["judge_changed"] = note
+    if note:
+        entry["message"] = f"{entry['message']}; {note}"
+    return entry
 
 
 def top_k_view(tracker: TopKTracker, params: Mapping[str, str]) -> JsonResponse:

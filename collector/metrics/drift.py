@@ -4,6 +4,7 @@ into the precision gauges, and its settings (YAML section `drift`)."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Annotated, Callable
 
 from ctxprec.collector.components import Stateless
@@ -69,10 +70,26 @@ class DriftMonitor(Stateless):
         # diagnostics' drift explainer, which logs the drift with the slices behind it. Without
         # one the monitor logs the drift itself.
         self.on_alarm = on_alarm
+        # The judge canary's note for an alarm raised at a time (collector/canary/watch.py): the
+        # words saying the judge changed within the window of it, or None.
+        self.judge_note: Callable[[float], str | None] | None = None
         if metrics is not None:
             self._recent = Children(metrics.precision_recent, metrics.budget)
             self._baseline = Children(metrics.precision_baseline, metrics.budget)
             self._drift = Children(metrics.precision_drift, metrics.budget)
+
+    def alarmed_services(self) -> list[str]:
+        return sorted(service for service, detector in self.detectors.items() if detector.alarmed)
+
+    def new_baseline(self, why: str) -> None:
+        """Every service's detector starts again (warm-up, then a new baseline): what a new judge
+        fingerprint means, since its scores are on another scale; not a drift."""
+        services = list(self.detectors)
+        self.detectors.clear()
+        if self.metrics is not None:
+            for service in services:
+                self._drift(service).set(0)
+        log.info("precision drift baselines of %d services start again: %s", len(services), why)
 
     def peer_score(self, score: PeerScore) -> None:
         """A score another replica made: the same step as one of ours, under the same capped label."""
@@ -95,7 +112,8 @@ class DriftMonitor(Stateless):
             if self.on_alarm is not None:
                 self.on_alarm(service_label)
             elif detector.drift is not None:
-                log.warning("%s", detector.drift.words(service_label))
+                note = self.judge_note(time.time()) if self.judge_note is not None else None
+                log.warning("%s%s", detector.drift.words(service_label), f"; {note}" if note else "")
         elif was_alarmed and not alarmed and detector.ended is not None:
             log.info("%s", detector.ended.words(service_label))
         return alarmed

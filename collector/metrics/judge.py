@@ -13,8 +13,11 @@ from ctxprec.scorer.judge.shared_cache import CacheEvent
 
 
 class JudgeMetricsObserver:
-    def __init__(self, metrics: Metrics) -> None:
+    """`judge`: which judge's requests these are (live, canary or shadow: the `judge` label)."""
+
+    def __init__(self, metrics: Metrics, judge: str = "live") -> None:
         self.metrics = metrics
+        self.judge = judge
         self._requests = Children(metrics.judge_requests)
         self._latency = Children(metrics.judge_latency)
         self._tokens = Children(metrics.judge_tokens)
@@ -23,15 +26,16 @@ class JudgeMetricsObserver:
 
     def __call__(self, event: RequestEvent) -> None:
         model = event.model or "unknown"
-        self._requests(model, event.outcome or "unknown").inc()
+        judge = self.judge
+        self._requests(model, event.outcome or "unknown", judge).inc()
         if event.latency_s >= 0 and event.outcome != "circuit_open":
-            self._latency(model).observe(event.latency_s)
+            self._latency(model, judge).observe(event.latency_s)
         if event.prompt_tokens:
-            self._tokens(model, "prompt").inc(event.prompt_tokens)
+            self._tokens(model, "prompt", judge).inc(event.prompt_tokens)
         if event.completion_tokens:
-            self._tokens(model, "completion").inc(event.completion_tokens)
+            self._tokens(model, "completion", judge).inc(event.completion_tokens)
         if event.cost_usd > 0:
-            self._cost(model).inc(event.cost_usd)
+            self._cost(model, judge).inc(event.cost_usd)
         for reason in event.local_fallbacks:
             self._fallback(reason).inc()
 

@@ -80,11 +80,34 @@ class Metrics:
         self.reference_kind = Counter(
             "ctxprec_reference_kind", "Scored retrievals by what relevance was judged against.",
             ["service", "reference_kind"], registry=r)
-        self.judge_requests = Counter("ctxprec_judge_requests", "Judge HTTP attempts by outcome.", ["model", "outcome"], registry=r)
+        # `judge`: live (the judge whose verdicts are published), canary (the live judge's model
+        # re-judging the canary set, collector/canary/) or shadow (a candidate judge, collector/shadow/).
+        self.judge_requests = Counter("ctxprec_judge_requests", "Judge HTTP attempts by outcome.",
+                                      ["model", "outcome", "judge"], registry=r)
         self.judge_latency = Histogram(
-            "ctxprec_judge_latency_seconds", "Judge request latency.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.judge_tokens = Counter("ctxprec_judge_tokens", "Judge tokens.", ["model", "kind"], registry=r)
-        self.judge_cost = Counter("ctxprec_judge_cost_usd", "Judge cost in USD (litellm cost map).", ["model"], registry=r)
+            "ctxprec_judge_latency_seconds", "Judge request latency.", ["model", "judge"], buckets=LATENCY_BUCKETS,
+            registry=r)
+        self.judge_tokens = Counter("ctxprec_judge_tokens", "Judge tokens.", ["model", "kind", "judge"], registry=r)
+        self.judge_cost = Counter("ctxprec_judge_cost_usd", "Judge cost in USD (litellm cost map).", ["model", "judge"],
+                                  registry=r)
+        # The canary (collector/canary/): a set of samples re-judged on a schedule.
+        self.judge_changed = Gauge(
+            "ctxprec_judge_changed", "1 once the canary's verdicts moved beyond the judge's own run-to-run variation "
+            "(or its fingerprint changed), until acknowledged (POST /diagnostics/judge/acknowledge) or a new "
+            "baseline is taken.", registry=r)
+        self.judge_canary_moved = Gauge(
+            "ctxprec_judge_canary_moved_contexts", "Canary contexts whose verdict differed from the baseline in the "
+            "last canary round.", registry=r)
+        self.judge_canary_allowed = Gauge(
+            "ctxprec_judge_canary_allowed_contexts", "Canary contexts that may move in a round before the judge is "
+            "said to have changed (from the run-to-run variation measured at the baseline).", registry=r)
+        self.judge_canary_rounds = Counter(
+            "ctxprec_judge_canary_rounds", "Canary rounds, by outcome (unchanged, changed, baseline, failed, "
+            "skipped_budget).", ["outcome"], registry=r)
+        # The shadow judge (collector/shadow/): a candidate judging a share of the sampled retrievals.
+        self.shadow_samples = Counter(
+            "ctxprec_shadow_samples", "Scored retrievals offered to the shadow judge, by outcome (judged, failed; "
+            "skipped_busy, skipped_budget: over its own budget, left unjudged).", ["outcome"], registry=r)
         # The local judge's contexts judged without word rules: a rise means traffic in a language
         # it does not support, or contexts in another language than the answers.
         self.local_judge_fallback = Counter(
@@ -260,8 +283,8 @@ class Metrics:
                 self.signal_received("logs", receiver)
                 self.signal_received("metrics", receiver)
         for outcome in judge_outcomes:
-            self.judge_requests.labels(model=judge_model, outcome=outcome)
-        self.judge_latency.labels(model=judge_model)
+            self.judge_requests.labels(model=judge_model, outcome=outcome, judge="live")
+        self.judge_latency.labels(model=judge_model, judge="live")
         for reason in fallback_reasons:
             self.local_judge_fallback.labels(reason=reason)
         for outcome in cluster_outcomes:

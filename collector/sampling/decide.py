@@ -80,6 +80,16 @@ class DailyBudget:
         self.spent += max(0.0, cost_usd)
         self._scored += 1
 
+    def charge(self, cost_usd: float) -> None:
+        """Judge calls that were not a retrieval's score (the canary's rounds): spent all the same,
+        not counted in the average cost of a score."""
+        self._roll()
+        self.spent += max(0.0, cost_usd)
+
+    def spent_out(self) -> bool:
+        self._roll()
+        return self.spent >= self.usd_per_day
+
 
 class RssGuard:
     """True while the memory the sidecar's work holds is over the cap (anonymous resident memory,

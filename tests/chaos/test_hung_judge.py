@@ -53,7 +53,8 @@ async def test_a_judge_that_never_answers_the_tls_hello_is_given_up_on_in_bounde
                           "--judge-api-base", f"https://127.0.0.1:{silent_tls_port}/v1", "--judge-api-key", "k",
                           "--judge-timeout", str(JUDGE_TIMEOUT_S),
                           "--judge-max-retries", str(MAX_RETRIES), "--judge-concurrency", str(CONCURRENCY),
-                          "--workers", "16", "--forward-to", capture.http_url, "--sample-rate", "1")
+                          "--workers", "16", "--forward-to", capture.http_url, "--sample-rate", "1",
+                          "--judge-canary-mode", "off")  # the scores' requests alone are counted
     try:
         async with running(config) as pipeline:
             url = pipeline.metrics_url

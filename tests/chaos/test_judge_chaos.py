@@ -100,7 +100,8 @@ async def test_judge_slow_failing_garbage_then_recovered(make_stub_judge: MakeSt
     config = serve_config("--config", str(config_file), "--judge-model", "openai/stub", "--judge-api-base", stub.url,
                           "--judge-api-key", "k", "--judge-timeout", str(JUDGE_TIMEOUT_S),
                           "--judge-max-retries", "0", "--judge-cache-size", "0",
-                          "--forward-to", capture.http_url, "--workers", "4")
+                          "--forward-to", capture.http_url, "--workers", "4",
+                          "--judge-canary-mode", "off")  # the scores' requests alone are counted
     try:
         async with running(config) as pipeline:
             url = pipeline.metrics_url

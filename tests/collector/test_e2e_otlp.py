@@ -103,7 +103,7 @@ async def test_span_mode_grpc_in_http_out_openinference(make_stub_judge: MakeStu
             assert value(m, "ctxprec_context_precision_bucket", service="support-bot", retriever="kb-v1", le="0.5") == 1
             assert value(m, "ctxprec_rank_judged_total", service="support-bot", rank="2", relevant="false") == 1
             assert value(m, "ctxprec_rank_judged_total", service="support-bot", rank="2", relevant="true") == 1
-            assert value(m, "ctxprec_judge_requests_total", model="openai/stub", outcome="ok") >= 2
+            assert value(m, "ctxprec_judge_requests_total", model="openai/stub", outcome="ok", judge="live") >= 2
             assert value(m, "ctxprec_score_delay_seconds_count") == 2
 
             # Prometheus asks for OpenMetrics; then each precision bucket carries the trace that

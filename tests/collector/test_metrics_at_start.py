@@ -39,7 +39,7 @@ def test_start_at_zero_creates_only_the_configured_series() -> None:
     assert {dict(k)["receiver"] for k in errors} == {"otlp_http"} and set(errors.values()) == {0.0}
     requests = series(samples, "ctxprec_judge_requests_total")
     assert {dict(k)["outcome"] for k in requests} == set(REQUEST_OUTCOMES) and set(requests.values()) == {0.0}
-    assert value(samples, "ctxprec_judge_latency_seconds_count", model="openai/gpt-4o-mini") == 0.0
+    assert value(samples, "ctxprec_judge_latency_seconds_count", model="openai/gpt-4o-mini", judge="live") == 0.0
     # Per-service series are not invented: they appear with their service.
     assert not series(samples, "ctxprec_samples_total")
 
@@ -53,8 +53,8 @@ async def test_local_judge_requests_are_counted_and_known_series_start_at_zero()
                 assert ("ctxprec_receiver_errors_total", (("reason", reason), ("receiver", receiver))) in before
         assert "kafka" not in {dict(k)["receiver"] for k in series(before, "ctxprec_receiver_errors_total")}
         for outcome in LOCAL_OUTCOMES:
-            assert ("ctxprec_judge_requests_total", (("model", "local"), ("outcome", outcome))) in before
-        assert value(before, "ctxprec_judge_requests_total", model="local", outcome="ok") == 0
+            assert ("ctxprec_judge_requests_total", (("judge", "live"), ("model", "local"), ("outcome", outcome))) in before
+        assert value(before, "ctxprec_judge_requests_total", model="local", outcome="ok", judge="live") == 0
         for reason in FALLBACK_REASONS:
             assert value(before, "ctxprec_local_judge_fallback_total", reason=reason) == 0
         for reason in EVICTION_REASONS:
@@ -69,9 +69,9 @@ async def test_local_judge_requests_are_counted_and_known_series_start_at_zero()
         after = before
         for _ in range(200):  # the traces are scored after the quiet period
             after = scrape(await metrics_text(pipeline.metrics_url))
-            if value(after, "ctxprec_judge_requests_total", model="local", outcome="ok") >= 2:
+            if value(after, "ctxprec_judge_requests_total", model="local", outcome="ok", judge="live") >= 2:
                 break
             await asyncio.sleep(0.1)
-        assert value(after, "ctxprec_judge_requests_total", model="local", outcome="ok") == 2
-        assert value(after, "ctxprec_judge_latency_seconds_count", model="local") >= 2
-        assert value(after, "ctxprec_judge_requests_total", model="local", outcome="error") == 0
+        assert value(after, "ctxprec_judge_requests_total", model="local", outcome="ok", judge="live") == 2
+        assert value(after, "ctxprec_judge_latency_seconds_count", model="local", judge="live") >= 2
+        assert value(after, "ctxprec_judge_requests_total", model="local", outcome="error", judge="live") == 0

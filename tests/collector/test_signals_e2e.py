@@ -43,7 +43,9 @@ async def run_app(endpoint: str, tmp_path: Path, *, protocol: str = "http/protob
 
 
 def judge(stub: StubJudge) -> list[str]:
-    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "k", "--sample-rate", "1"]
+    # Canary off: the judge's requests read below are the scores' alone.
+    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "k", "--sample-rate", "1",
+            "--judge-canary-mode", "off"]
 
 
 async def metrics_of(pipeline: Any) -> dict[Any, float]:

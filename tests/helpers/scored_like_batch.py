@@ -34,7 +34,9 @@ class Outcomes:
 
 
 def judge_flags(stub: StubJudge) -> list[str]:
-    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "test-key"]
+    # Canary off: these tests count the judge's requests per scored retrieval.
+    return ["--judge-model", "openai/stub", "--judge-api-base", stub.url, "--judge-api-key", "test-key",
+            "--judge-canary-mode", "off"]
 
 
 async def metrics_text(pipeline: Pipeline) -> str:

@@ -80,6 +80,7 @@ def test_serve_scores_a_trace_through_the_real_judge(llama: LlamaServer, tmp_pat
     log = tmp_path / "serve.log"
     with open(log, "w") as sink:
         serve = subprocess.Popen([CTXPREC, "serve", *JUDGE, "--judge-api-base", llama.url, "--sample-rate", "1",
+                                  "--judge-canary-mode", "off",  # the one-slot server is the scores' alone
                                   "--otlp-grpc", "off", "--otlp-http", f"127.0.0.1:{otlp}",
                                   "--metrics", f"127.0.0.1:{metrics}", "--quiet-period", "0.5",
                                   "--log-level", "debug"], env=_env(), stdout=sink, stderr=subprocess.STDOUT)

@@ -196,7 +196,7 @@ def dropped(metrics: Metrics, reason: str) -> float:
                                              {"exporter": "langfuse", "reason": reason}) or 0.0
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     await wait_until(predicate, timeout=timeout)
 
 

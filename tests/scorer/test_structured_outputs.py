@@ -196,13 +196,14 @@ async def test_without_adaptive_concurrency_the_same_server_times_out(make_stub_
 
 
 async def test_time_in_the_servers_queue_behind_our_own_requests_is_not_a_timeout(make_stub_judge) -> None:
-    # Each request alone takes 0.3 s and the timeout is 0.45 s: once the limit lets a second
-    # request go out beside the first (slow start does), that one waits 0.3 s in the server's
-    # queue and needs 0.6 s. Its allowance, the requests of ours ahead of it at the latency seen
-    # alone, keeps it from being abandoned.
-    stub = await make_stub_judge(slots=1, latency_ms=300)
+    # Each request alone takes 0.8 s and the timeout is 1.2 s: once the limit lets a second
+    # request go out beside the first (slow start does), that one waits 0.8 s in the server's
+    # queue and needs 1.6 s. Its allowance, the requests of ours ahead of it at the latency seen
+    # alone, keeps it from being abandoned. (Whole seconds, not tenths: 0.4 s of slack holds on a
+    # busy 2-core machine where 0.15 s did not.)
+    stub = await make_stub_judge(slots=1, latency_ms=800)
     tally = JudgeTally()
-    engine = engine_for(stub, tally, timeout_s=0.45, max_retries=0)
+    engine = engine_for(stub, tally, timeout_s=1.2, max_retries=0)
     lines = [(i, json.dumps({"query": f"{QUERY} {i}", "contexts": CONTEXTS, "output": ANSWER}).encode())
              for i in range(1, 9)]
     records: list[dict[str, Any]] = []

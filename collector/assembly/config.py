@@ -14,6 +14,10 @@ class AssemblyConfig(BaseModel):
                                       flag="--max-wait")
     max_traces: Count = setting(10_000, "traces being assembled at most; the oldest is handed out early past it",
                                 flag="--max-buffered-traces")
+    clock_tolerance_s: NonNegative = setting(1.0, "an LLM span that starts up to this long before a retrieval may "
+                                                  "still be the one that consumed it (clocks of different hosts); "
+                                                  "the trace's structure and the prompt decide first, seconds",
+                                             flag="--clock-tolerance")
     max_buffer_mb: Positive = setting(128.0, "bytes of traces being assembled at most, MB", flag="--max-buffer-mb")
 
     @property

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from ctxprec.collector.assembly.answers import (
     CHAIN_OUTPUT,
+    DEFAULT_TOLERANCE_NS,
     NO_ANSWER,
     Answer,
     find_answer,
@@ -254,8 +255,12 @@ class _Candidate:
 
 
 class Conventions:
-    def __init__(self, config: ConventionConfig | None = None) -> None:
+    def __init__(self, config: ConventionConfig | None = None, *,
+                 clock_tolerance_s: float = DEFAULT_TOLERANCE_NS / 1e9) -> None:
+        """`clock_tolerance_s`: how long before a retrieval the LLM span that consumed it may
+        seem to start (its host's clock behind the retriever's; answers.py)."""
         self.config = config or ConventionConfig()
+        self.tolerance_ns = int(clock_tolerance_s * 1e9)
         self.rules: tuple[RetrievalRule, ...] = self.config.rules()
         self.order: tuple[str, ...] = tuple(rule.name for rule in self.rules)
         self._rank = {name: i for i, name in enumerate(self.order)}
@@ -340,9 +345,9 @@ class Conventions:
         if found.output is not None:
             answer = Answer(found.output, CHAIN_OUTPUT)
         elif contexts:
-            answer = find_answer(span, contexts, tree)
+            answer = find_answer(span, contexts, tree, self.tolerance_ns)
         elif found.textless:  # documents known by id: a resolver may give their text
-            answer = find_answer(span, found.contexts, tree)
+            answer = find_answer(span, found.contexts, tree, self.tolerance_ns)
         else:
             answer = NO_ANSWER
         retrieval = Retrieval(
@@ -378,11 +383,15 @@ class Conventions:
         key = self.config.expected_output_attribute
         if not key:
             return None
-        for candidate in (span, *tree.roots(), *(s for s in tree.spans if s is not span and not s.is_root)):
-            value = candidate.attributes.get(key)
-            if isinstance(value, str) and value:
-                return value
-        return None
+        value = span.attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+        # The trace's own (roots first), looked up once per trace, not once per retrieval.
+        memo = ("expected_output", key)
+        if memo not in tree.memo:
+            tree.memo[memo] = next((v for s in (*tree.roots(), *(s for s in tree.spans if not s.is_root))
+                                    if isinstance(v := s.attributes.get(key), str) and v), None)
+        return tree.memo[memo]
 
 
 @dataclass(slots=True)

@@ -88,7 +88,8 @@ class OtlpIngest:
         self._passthrough = passthrough
         self._signals = signals
         self._clock = clock
-        self.conventions = Conventions(self.settings.conventions)
+        self.conventions = Conventions(self.settings.conventions,
+                                       clock_tolerance_s=self.settings.buffer.clock_tolerance_s)
         self.buffer = TraceBuffer(self.settings.buffer, metrics=metrics, clock=clock)
         self._max_chars = self.settings.conventions.max_attribute_chars
         self._received: dict[str, Any] = {}

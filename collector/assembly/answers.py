@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.table import AnswerSource, LlmRule, table
@@ -47,6 +47,7 @@ from ctxprec.collector.assembly.values import (
     repr_message_text,
     strings_in,
 )
+from ctxprec.collector.loop_turns import CHUNK
 from ctxprec.collector.model import RetrievedContext
 
 LLM_SPAN = "llm_span"
@@ -220,17 +221,27 @@ _MISSING = object()
 
 def _llm_spans(tree: TraceTree) -> tuple[list[int], list[tuple[SpanRecord, LlmRule]]]:
     """The trace's LLM spans with their rule, as positions in the tree's depth-first order."""
-    found = tree.memo.get(_LLM_INDEX)
-    if found is None:
-        positions: list[int] = []
-        entries: list[tuple[SpanRecord, LlmRule]] = []
-        for position, span in enumerate(tree.order()):
-            rule = llm_rule(span)
-            if rule is not None:
-                positions.append(position)
-                entries.append((span, rule))
-        found = tree.memo[_LLM_INDEX] = (positions, entries)
-    return found
+    for _ in index_steps(tree):
+        pass
+    return tree.memo[_LLM_INDEX]
+
+
+def index_steps(tree: TraceTree, every: int = CHUNK) -> Iterator[None]:
+    """Reads which spans of the trace are LLM calls, yielding every `every` spans (a caller that
+    shares the event loop turns between them); nothing to do once read."""
+    if _LLM_INDEX in tree.memo:
+        return
+    yield from tree.index_steps(every)
+    positions: list[int] = []
+    entries: list[tuple[SpanRecord, LlmRule]] = []
+    for position, span in enumerate(tree.order()):
+        rule = llm_rule(span)
+        if rule is not None:
+            positions.append(position)
+            entries.append((span, rule))
+        if position % every == every - 1:
+            yield
+    tree.memo[_LLM_INDEX] = (positions, entries)
 
 
 def _prompt(tree: TraceTree, span: SpanRecord, rule: LlmRule) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from ctxprec.collector.assembly.answers import (
     CHAIN_OUTPUT,
@@ -30,6 +30,9 @@ from ctxprec.collector.assembly.answers import (
     NO_ANSWER,
     Answer,
     find_answer,
+)
+from ctxprec.collector.assembly.answers import (
+    index_steps as answer_index_steps,
 )
 from ctxprec.collector.assembly.documents import Found, read_documents
 from ctxprec.collector.assembly.reranking import seen_by_model
@@ -39,6 +42,7 @@ from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
 from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.config_types import Count, OptionalText, setting
+from ctxprec.collector.loop_turns import CHUNK, LoopTurns
 from ctxprec.collector.model import Retrieval
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -287,14 +291,44 @@ class Conventions:
     def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
         """The retrievals of a trace; `seen` notes the spans each convention matched and the
         tool spans not taken."""
+        steps = self._extract_steps(spans, seen)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    async def extract_sharing(self, spans: Sequence[SpanRecord], seen: TraceSeen | None,
+                              turns: LoopTurns) -> list[Extracted]:
+        """`extract`, letting the rest of the event loop run whenever `turns` says its slice is
+        used up: a trace of 20,000 spans must not hold /healthz for the time it takes."""
+        steps = self._extract_steps(spans, seen)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await turns.share()
+
+    def _extract_steps(self, spans: Sequence[SpanRecord], seen: TraceSeen | None
+                       ) -> Generator[None, None, list[Extracted]]:
+        """The work of `extract` in steps of about CHUNK spans or one retrieval each."""
         tree = TraceTree(spans)
-        candidates = self._candidates(spans)
+        candidates: list[_Candidate] = []
+        for start in range(0, len(spans), CHUNK):
+            candidates += self._candidates(spans[start:start + CHUNK])
+            yield
         if seen is not None:
             self._survey(spans, candidates, seen)
+            yield
+        if not candidates:
+            return []
+        yield from answer_index_steps(tree)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
             for chosen in _representatives(group, tree):
                 out.append(self._extracted(chosen, group, tree))
+                yield
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 

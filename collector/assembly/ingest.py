@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from ctxprec.collector.assembly import event_logs
 from ctxprec.collector.assembly.config import AssemblyConfig
-from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
+from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests, Extracted
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.silence import ConventionStats, TraceSeen
 from ctxprec.collector.assembly.spans import SpanRecord, bare_record, span_record
@@ -358,7 +358,13 @@ class OtlpIngest:
         self._ready.extend(self.buffer.pop_ready())
         turns = LoopTurns()
         while self._ready:
-            self._finish(self._ready.popleft())
+            trace = self._ready[0]
+            # A trace of 20,000 spans is read in slices of the loop (conventions.extract_sharing);
+            # it leaves `_ready` only once read, so a cancel in between loses nothing.
+            seen = TraceSeen()
+            extracted = await self._extract_sharing(trace, seen, turns)
+            self._ready.popleft()
+            self._finish(trace, extracted, seen)
             await turns.share()
 
     def flush(self) -> int:
@@ -369,15 +375,27 @@ class OtlpIngest:
             self._finish(self._ready.popleft())
         return count
 
-    def _finish(self, trace: BufferedTrace) -> None:
-        seen = TraceSeen()
+    async def _extract_sharing(self, trace: BufferedTrace, seen: TraceSeen, turns: LoopTurns) -> list[Extracted]:
         try:
             if trace.log_events:
                 event_logs.apply(trace.spans, trace.log_events)
-            extracted = self.conventions.extract(trace.spans, seen)
+            return await self.conventions.extract_sharing(trace.spans, seen, turns)
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
-            extracted = []
+            return []
+
+    def _finish(self, trace: BufferedTrace, extracted: list[Extracted] | None = None,
+                seen: TraceSeen | None = None) -> None:
+        """Hands out the retrievals of `trace` (`extracted` when already read, with its `seen`)."""
+        if extracted is None or seen is None:
+            seen = TraceSeen()
+            try:
+                if trace.log_events:
+                    event_logs.apply(trace.spans, trace.log_events)
+                extracted = self.conventions.extract(trace.spans, seen)
+            except Exception:
+                log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
+                extracted = []
         self.stats.trace(trace.spans, len(extracted), seen)
         countdown = Countdown(len(extracted), trace.acks)
         handed: set[bytes] = set()

@@ -17,6 +17,7 @@ from bisect import bisect_left
 from typing import Any, Iterator, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
+from ctxprec.collector.loop_turns import CHUNK
 
 
 def _start(span: SpanRecord) -> tuple[int, int]:
@@ -64,27 +65,44 @@ class TraceTree:
     # -- the depth-first order --
 
     def _index(self) -> dict[int, int]:
+        if self._enter is None:
+            for _ in self.index_steps():
+                pass
+        assert self._enter is not None
+        return self._enter
+
+    def index_steps(self, every: int = CHUNK) -> Iterator[None]:
+        """Builds the depth-first order, yielding every `every` spans (a caller that shares the
+        event loop turns between them); nothing to do once built."""
         if self._enter is not None:
-            return self._enter
+            return
         children: dict[bytes, list[SpanRecord]] = {}
         tops: list[SpanRecord] = []
-        for span in self.spans:
+        for n, span in enumerate(self.spans, 1):
             parent = span.parent_span_id
             if parent and parent in self._by_id and parent != span.span_id:
                 children.setdefault(parent, []).append(span)
             else:
                 tops.append(span)
+            if n % every == 0:
+                yield
         for group in children.values():
             group.sort(key=_start)
         tops.sort(key=_start)
+        yield
         enter: dict[int, int] = {}
-        leave = self._leave
-        order = self._order
+        leave: dict[int, int] = {}
+        order: list[SpanRecord] = []
         expanded: set[bytes] = set()  # a repeated span id has its children once
-
-        def walk(top: SpanRecord) -> None:
-            # Iterative: a chain of 20,000 spans must not hit the recursion limit.
-            stack: list[tuple[SpanRecord, bool]] = [(top, False)]
+        stack: list[tuple[SpanRecord, bool]] = []
+        # Iterative: a chain of 20,000 spans must not hit the recursion limit. Spans in a cycle
+        # of ids (no top leads to them) are walked last, as tops of their own.
+        for top in [*tops, None]:
+            if top is None:
+                stack.extend((s, False) for s in sorted((s for s in self.spans if id(s) not in enter),
+                                                        key=_start, reverse=True))
+            else:
+                stack.append((top, False))
             while stack:
                 span, done = stack.pop()
                 if done:
@@ -94,19 +112,16 @@ class TraceTree:
                     continue
                 enter[id(span)] = len(order)
                 order.append(span)
+                if len(order) % every == 0:
+                    yield
                 stack.append((span, True))
                 if span.span_id not in expanded:
                     expanded.add(span.span_id)
                     for child in reversed(children.get(span.span_id, ())):
                         if id(child) not in enter:
                             stack.append((child, False))
-
-        for top in tops:
-            walk(top)
-        for span in sorted((s for s in self.spans if id(s) not in enter), key=_start):
-            walk(span)  # in a cycle: no top leads to it
+        self._leave, self._order = leave, order
         self._enter = enter
-        return enter
 
     def interval(self, span: SpanRecord) -> tuple[int, int]:
         """[enter, leave) of `span` in the depth-first order: its subtree."""

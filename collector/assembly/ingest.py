@@ -363,6 +363,8 @@ class OtlpIngest:
             # it leaves `_ready` only once read, so a cancel in between loses nothing.
             seen = TraceSeen()
             extracted = await self._extract_sharing(trace, seen, turns)
+            if not self._ready or self._ready[0] is not trace:
+                continue  # handed out meanwhile (a `flush()` while this one shared the loop)
             self._ready.popleft()
             self._finish(trace, extracted, seen)
             await turns.share()

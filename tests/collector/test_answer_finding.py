@@ -3,6 +3,7 @@ decided by the trace's structure and the prompts first, the clocks only breaking
 `assembly.clock_tolerance_s`; and read in work that grows with the trace, not with its square."""
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ctxprec.collector.assembly.config import AssemblyConfig
 from ctxprec.collector.assembly.conventions import Conventions
 from ctxprec.collector.assembly.spans import SpanRecord, span_record
 from ctxprec.collector.assembly.trace_tree import TraceTree
+from ctxprec.collector.loop_turns import LoopTurns
 
 from tests.helpers.huge_trace import huge_trace, skewed_traces
 
@@ -99,3 +101,27 @@ def test_the_tree_orders_every_span_once_whatever_the_ids() -> None:
 
 def _fields(span: SpanRecord) -> dict:
     return {name: getattr(span, name) for name in span.__dataclass_fields__}
+
+
+async def test_reading_a_huge_trace_lets_the_loop_run_between_steps() -> None:
+    # Every step (about 256 spans, or one retrieval) ends with a turn of the loop once the slice is
+    # used: with a slice of 0, the other tasks run between every two steps.
+    _, spans = huge_trace(units=20)
+    records = _records(spans)
+    turns_seen = 0
+    reading = True
+
+    async def other_task() -> None:
+        nonlocal turns_seen
+        while reading:
+            turns_seen += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    start = turns_seen
+    found = await Conventions().extract_sharing(records, None, LoopTurns(slice_s=0))
+    reading = False
+    await other
+    assert [f.retrieval.span_id for f in found] == [f.retrieval.span_id for f in Conventions().extract(records)]
+    assert turns_seen - start >= len(found) + len(records) // 256

@@ -244,6 +244,9 @@ class Extracted:
     retrieval: Retrieval
     span: SpanRecord
     dropped_contexts: int = 0
+    # The other spans of its nest that are not read as retrievals of their own (a retrieval
+    # decided before its outer span arrived is not decided again through that span).
+    inner: frozenset[bytes] = frozenset()
 
 
 @dataclass(slots=True)
@@ -288,8 +291,12 @@ class Conventions:
             self._survey(spans, candidates, seen)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
-            for chosen in _representatives(group, tree):
-                out.append(self._extracted(chosen, group, tree))
+            chosen_ones = _representatives(group, tree)
+            inner = frozenset(c.span.span_id for c in group) - {c.span.span_id for c in chosen_ones}
+            for chosen in chosen_ones:
+                item = self._extracted(chosen, group, tree)
+                item.inner = inner
+                out.append(item)
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 

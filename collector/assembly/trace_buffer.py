@@ -114,9 +114,10 @@ class TraceBuffer:
         is one (its arrival starts its answer wait). `ack` is held by the trace until its
         retrievals are decided; the same ack is recorded once per trace."""
         now = self._clock()
-        trace = self._trace(span.trace_id, now)
-        if span.span_id in trace.span_ids:
+        known = self._traces.get(span.trace_id) or self._grace.get(span.trace_id)
+        if known is not None and span.span_id in known.span_ids:
             return False
+        trace = self._trace(span.trace_id, now)
         trace.span_ids.add(span.span_id)
         if (trace.decided or trace.surveyed) and self._metrics is not None:
             self._metrics.late_spans_joined.inc()
@@ -207,8 +208,10 @@ class TraceBuffer:
             if trace.changed:
                 ready = (now - trace.last_seen >= s.quiet_period_s or now - trace.looked_at >= s.quiet_period_s
                          or self.complete(trace, now))
-            else:
-                ready = trace.due is not None and now >= trace.due
+            elif trace.due is not None:
+                ready = now >= trace.due
+            else:  # nothing waits: once complete, the trace goes into grace
+                ready = self.complete(trace, now)
             if ready:
                 out.append(trace)
         while self._grace:

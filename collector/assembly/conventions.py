@@ -282,9 +282,12 @@ class Conventions:
 
     # -- a trace's retrievals --
 
-    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
+    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None,
+                decided: set[bytes] | frozenset[bytes] = frozenset()) -> list[Extracted]:
         """The retrievals of a trace; `seen` notes the spans each convention matched and the
-        tool spans not taken."""
+        tool spans not taken. `decided`: retrieval spans decided at an earlier look, left out
+        (and their nests, also when the nest's outer span came since), before their answer is
+        looked for."""
         tree = TraceTree(spans)
         candidates = self._candidates(spans)
         if seen is not None:
@@ -293,7 +296,11 @@ class Conventions:
         for group in _nests(candidates, tree):
             chosen_ones = _representatives(group, tree)
             inner = frozenset(c.span.span_id for c in group) - {c.span.span_id for c in chosen_ones}
+            if decided and not decided.isdisjoint(inner):
+                continue
             for chosen in chosen_ones:
+                if chosen.span.span_id in decided:
+                    continue
                 item = self._extracted(chosen, group, tree)
                 item.inner = inner
                 out.append(item)

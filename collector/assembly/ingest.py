@@ -376,7 +376,8 @@ class OtlpIngest:
 
     def _finish(self, trace: BufferedTrace) -> None:
         """Decides the retrievals of `trace` whose nest is complete (each once in the trace's
-        life): one with an LLM span's answer (or needing none) once the trace is quiet, any one at
+        life): one with an LLM span's answer (or needing none) once the trace is quiet or a quiet
+        period after its span came, any one at
         its deadline (`answer_wait_s`, at most `max_wait_s`, from its span's arrival), all of them
         when the trace is handed out for good. The others wait for a later look."""
         buffer = self.buffer
@@ -389,7 +390,7 @@ class OtlpIngest:
         try:
             if trace.log_events:
                 event_logs.apply(trace.spans, trace.log_events)
-            extracted = self.conventions.extract(trace.spans, seen if survey else None)
+            extracted = self.conventions.extract(trace.spans, seen if survey else None, trace.decided)
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
             extracted = []
@@ -407,13 +408,16 @@ class OtlpIngest:
             arrived = min((trace.arrivals.get(i, trace.first_seen) for i in (span_id, *item.inner)),
                           default=trace.first_seen)
             deadline = arrived + wait
-            if trace.final or now >= deadline or (quiet and (not needs_answer or retrieval.answer_source == LLM_SPAN)):
+            # Complete: its answer (or no need of one), and a quiet period since its span came or
+            # since the trace's last span (a refine chain's later calls come within it).
+            settled = quiet or now - arrived >= config.quiet_period_s
+            if trace.final or now >= deadline or (settled and (not needs_answer or retrieval.answer_source == LLM_SPAN)):
                 ready.append(item)
             else:
                 due = deadline if due is None else min(due, deadline)
         if survey:
             trace.surveyed = True
-            self.stats.trace(trace.spans, len(extracted), seen)
+            self.stats.trace(trace.spans, len(extracted) + len(trace.decided), seen)
         # The messages that brought the trace's spans are acknowledged with the last decisions
         # of what they brought: held while a retrieval of the trace still waits.
         acks: list[Any] = []

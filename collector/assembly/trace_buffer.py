@@ -119,7 +119,7 @@ class TraceBuffer:
             return False
         trace = self._trace(span.trace_id, now)
         trace.span_ids.add(span.span_id)
-        if (trace.decided or trace.surveyed) and self._metrics is not None:
+        if trace.surveyed and self._metrics is not None:  # it was complete: before, a late span
             self._metrics.late_spans_joined.inc()
         trace.spans.append(span)
         trace.last_seen = now

@@ -147,8 +147,8 @@ class Metrics:
             "ctxprec_late_spans", "Spans that arrived after their trace was forgotten (past assembly.late_grace_s, or "
             "dropped from the buffer): forwarded, not read.", registry=r)
         self.late_spans_joined = Counter(
-            "ctxprec_late_spans_joined", "Spans that joined their trace after some of its retrievals were decided or "
-            "while it was kept for late spans (assembly.late_grace_s): read like any other.", registry=r)
+            "ctxprec_late_spans_joined", "Spans that joined their trace after it was complete (root seen and quiet, or "
+            "max_wait_s since its first span), while it was kept (assembly.late_grace_s): read like any other.", registry=r)
         self.late_answers = Counter(
             "ctxprec_late_answers", "Retrievals decided without an LLM span's answer (after assembly.answer_wait_s) "
             "whose answer arrived later: scored against the query.", registry=r)

@@ -11,9 +11,12 @@ mappings) fall back to decoding the unsampled spans of a resource, but only when
 occurs in it at all. Every retrieval is counted from
 the first request on, whatever the service sent before.
 
-Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
-then the retrievals are extracted and handed to the `RetrievalSink`, each carrying the trace's
-input acknowledgements (released when all of the trace's retrievals are decided). In span mode
+Spans of sampled traces are copied into `SpanRecord`s and buffered (trace_buffer.py); each
+retrieval is extracted and handed to the `RetrievalSink` once, as its own nest completes (its
+answer came, or its deadline passed: a long trace is decided step by step, a late retrieval span
+joins its trace), carrying the trace's input acknowledgements (released with the decisions that
+leave none of the trace's retrievals waiting). A re-sent span is recognised and never decided
+twice. In span mode
 every request is handed on to the span write-back (`SpanPassThrough`), naming the retrieval spans
 of sampled traces, which wait there for their results; assembly itself never sees a result.
 
@@ -377,9 +380,9 @@ class OtlpIngest:
     def _finish(self, trace: BufferedTrace) -> None:
         """Decides the retrievals of `trace` whose nest is complete (each once in the trace's
         life): one with an LLM span's answer (or needing none) once the trace is quiet or a quiet
-        period after its span came, any one at
-        its deadline (`answer_wait_s`, at most `max_wait_s`, from its span's arrival), all of them
-        when the trace is handed out for good. The others wait for a later look."""
+        period after its span came, any one at its deadline (`answer_wait_s`, at most
+        `max_wait_s`, from its span's arrival), all of them when the trace is handed out for
+        good. The others wait for a later look."""
         buffer = self.buffer
         config = buffer.config
         now = self._clock()
@@ -424,7 +427,6 @@ class OtlpIngest:
         if due is None:
             acks, trace.acks = trace.acks, []
         countdown = Countdown(len(ready), acks)
-        handed: set[bytes] = set()
         for item in ready:
             trace.decided.add(item.span.span_id)
             if item.dropped_contexts:
@@ -444,8 +446,6 @@ class OtlpIngest:
                 if retrieval.ack is not None:
                     retrieval.ack = None
                     countdown.release()
-                continue
-            handed.add(item.span.span_id)
         if not trace.final:
             buffer.looked_at(trace, due)
         if self._passthrough is not None:

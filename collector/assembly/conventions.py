@@ -249,6 +249,9 @@ class Extracted:
     retrieval: Retrieval
     span: SpanRecord
     dropped_contexts: int = 0
+    # The other spans of its nest that are not read as retrievals of their own (a retrieval
+    # decided before its outer span arrived is not decided again through that span).
+    inner: frozenset[bytes] = frozenset()
 
 
 @dataclass(slots=True)
@@ -288,21 +291,24 @@ class Conventions:
 
     # -- a trace's retrievals --
 
-    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
+    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None,
+                decided: set[bytes] | frozenset[bytes] = frozenset()) -> list[Extracted]:
         """The retrievals of a trace; `seen` notes the spans each convention matched and the
-        tool spans not taken."""
-        steps = self._extract_steps(spans, seen)
+        tool spans not taken. `decided`: retrieval spans decided at an earlier look, left out
+        (and their nests, also when the nest's outer span came since), before their answer is
+        looked for."""
+        steps = self._extract_steps(spans, seen, decided)
         while True:
             try:
                 next(steps)
             except StopIteration as done:
                 return done.value
 
-    async def extract_sharing(self, spans: Sequence[SpanRecord], seen: TraceSeen | None,
-                              turns: LoopTurns) -> list[Extracted]:
+    async def extract_sharing(self, spans: Sequence[SpanRecord], seen: TraceSeen | None, turns: LoopTurns,
+                              decided: set[bytes] | frozenset[bytes] = frozenset()) -> list[Extracted]:
         """`extract`, letting the rest of the event loop run whenever `turns` says its slice is
         used up: a trace of 20,000 spans must not hold /healthz for the time it takes."""
-        steps = self._extract_steps(spans, seen)
+        steps = self._extract_steps(spans, seen, decided)
         while True:
             try:
                 next(steps)
@@ -310,8 +316,8 @@ class Conventions:
                 return done.value
             await turns.share()
 
-    def _extract_steps(self, spans: Sequence[SpanRecord], seen: TraceSeen | None
-                       ) -> Generator[None, None, list[Extracted]]:
+    def _extract_steps(self, spans: Sequence[SpanRecord], seen: TraceSeen | None,
+                       decided: set[bytes] | frozenset[bytes]) -> Generator[None, None, list[Extracted]]:
         """The work of `extract` in steps of about CHUNK spans or one retrieval each."""
         tree = TraceTree(spans)
         candidates: list[_Candidate] = []
@@ -326,8 +332,16 @@ class Conventions:
         yield from answer_index_steps(tree)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
-            for chosen in _representatives(group, tree):
-                out.append(self._extracted(chosen, group, tree))
+            chosen_ones = _representatives(group, tree)
+            inner = frozenset(c.span.span_id for c in group) - {c.span.span_id for c in chosen_ones}
+            if decided and not decided.isdisjoint(inner):
+                continue
+            for chosen in chosen_ones:
+                if chosen.span.span_id in decided:
+                    continue
+                item = self._extracted(chosen, group, tree)
+                item.inner = inner
+                out.append(item)
                 yield
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out

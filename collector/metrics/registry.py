@@ -143,7 +143,18 @@ class Metrics:
             ["listener", "reason"], registry=r)
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
-        self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        self.late_spans = Counter(
+            "ctxprec_late_spans", "Spans that arrived after their trace was forgotten (past assembly.late_grace_s, or "
+            "dropped from the buffer): forwarded, not read.", registry=r)
+        self.late_spans_joined = Counter(
+            "ctxprec_late_spans_joined", "Spans that joined their trace after it was complete (root seen and quiet, or "
+            "max_wait_s since its first span), while it was kept (assembly.late_grace_s): read like any other.", registry=r)
+        self.late_answers = Counter(
+            "ctxprec_late_answers", "Retrievals decided without an LLM span's answer (after assembly.answer_wait_s) "
+            "whose answer arrived later: scored against the query.", registry=r)
+        self.resent_spans = Counter(
+            "ctxprec_resent_spans", "Spans received again for a trace that held them already (an exporter's retry): "
+            "forwarded as often as received, decided once.", registry=r)
         # Silence made visible (collector/assembly/silence.py): an app that calls a model and
         # retrieves in a way no convention reads gets no decision at all; these say so.
         self.llm_spans_without_retrieval = Counter(

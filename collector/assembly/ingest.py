@@ -370,11 +370,13 @@ class OtlpIngest:
             trace = self._ready[0]
             # A trace of 20,000 spans is read in slices of the loop (conventions.extract_sharing);
             # it leaves `_ready` only once read, so a cancel in between loses nothing.
+            started = time.perf_counter()
             read = await self._extract_sharing(trace, turns)
             if not self._ready or self._ready[0] is not trace:
                 continue  # handed out meanwhile (a `flush()` while this one shared the loop)
             self._ready.popleft()
             self._finish(trace, read)
+            trace.look_s = time.perf_counter() - started  # paces the next look while it grows
             await turns.share()
 
     def flush(self) -> int:

@@ -38,6 +38,7 @@ RECENT_DECISIONS = 100_000  # trace ids remembered as decided, so late spans are
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"
 EVICTION_REASONS = (EVICT_MAX_TRACES, EVICT_MAX_BYTES)
+LOOK_PACING = 10  # a growing trace's next look waits at least this many times its last look's cost
 
 
 @dataclass(slots=True)
@@ -58,6 +59,7 @@ class BufferedTrace:
     arrivals: dict[bytes, float] = field(default_factory=dict)
     changed: bool = True  # spans or events came since the last look
     looked_at: float = 0.0
+    look_s: float = 0.0  # how long the last look took (a trace still growing is looked at paced by it)
     due: float | None = None  # the earliest deadline of a retrieval still waiting
     done: bool = False  # nothing left to decide: in grace
     final: bool = False  # handed out for good (evicted, shut down): decide everything now
@@ -206,7 +208,11 @@ class TraceBuffer:
         out, self._overflow = self._overflow, []
         for trace in self._traces.values():
             if trace.changed:
-                ready = (now - trace.last_seen >= s.quiet_period_s or now - trace.looked_at >= s.quiet_period_s
+                # A trace still growing is looked at again a quiet period later, or later still
+                # when a look costs much (LOOK_PACING): a 20,000-span trace sent over seconds
+                # spends a bounded share of that time on looks, not a look per quiet period.
+                again = max(s.quiet_period_s, LOOK_PACING * trace.look_s)
+                ready = (now - trace.last_seen >= s.quiet_period_s or now - trace.looked_at >= again
                          or self.complete(trace, now))
             elif trace.due is not None:
                 ready = now >= trace.due

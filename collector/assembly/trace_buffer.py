@@ -19,9 +19,10 @@ is recognised (`add` returns False: forwarded, never decided twice). The buffer 
 for them, which join their trace whether they come before or after its spans), traces in grace
 included: past either, traces in grace are dropped first (oldest first), then the oldest trace
 being assembled is handed out early (its retrievals decided now, partial) and counted in
-`ctxprec_trace_evictions_total{reason}`. Dropped and evicted traces go into a small LRU of
-decided trace ids, so a span that arrives after that is recognised as late instead of starting
-a new, partial trace.
+`ctxprec_trace_evictions_total{reason}`; its later spans start its state again, knowing which of
+its retrievals were decided (a trace longer than the buffer is decided step by step, within the
+byte bound). Traces past their grace go into a small LRU of decided trace ids, so a span that
+arrives after that is recognised as late instead of starting a new, partial trace.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.metrics.registry import Metrics
 
 RECENT_DECISIONS = 100_000  # trace ids remembered as decided, so late spans are recognised
+# Evicted traces whose decided retrievals are remembered, so the rest of a trace too long for the
+# buffer goes on being decided (never a retrieval twice); each costs its few retrieval span ids.
+EVICTED_REMEMBERED = 10_000
 EVICT_MAX_TRACES = "max_traces"
 EVICT_MAX_BYTES = "max_bytes"
 EVICTION_REASONS = (EVICT_MAX_TRACES, EVICT_MAX_BYTES)
@@ -80,6 +84,7 @@ class TraceBuffer:
         self._traces: OrderedDict[bytes, BufferedTrace] = OrderedDict()  # insertion = first-seen order
         self._grace: OrderedDict[bytes, BufferedTrace] = OrderedDict()  # in order of entering grace
         self._recent: OrderedDict[bytes, None] = OrderedDict()
+        self._evicted: OrderedDict[bytes, set[bytes]] = OrderedDict()  # trace id -> its decided retrievals
         self._bytes = 0
         self._overflow: list[BufferedTrace] = []
         # Every reason's series exists at 0 from the start (a dashboard shows 0, not "no data");
@@ -159,6 +164,10 @@ class TraceBuffer:
                 trace.done = False
             else:
                 trace = BufferedTrace(trace_id, now, now, looked_at=now)
+                decided = self._evicted.pop(trace_id, None)
+                if decided is not None:  # the rest of an evicted trace: its decisions carry on
+                    trace.decided = decided
+                    trace.surveyed = True
             self._traces[trace_id] = trace
         return trace
 
@@ -184,7 +193,13 @@ class TraceBuffer:
         trace_id, trace = self._traces.popitem(last=False)
         trace.evicted = reason
         trace.final = True
-        self._forget(trace)
+        # Not forgotten as late: its later spans start its state again, which knows what was
+        # decided (the set is filled when the evicted part is decided, before any later look).
+        self._bytes -= trace.size
+        self._evicted[trace_id] = trace.decided
+        self._evicted.move_to_end(trace_id)
+        while len(self._evicted) > EVICTED_REMEMBERED:
+            self._evicted.popitem(last=False)
         self._overflow.append(trace)
         counter = self._evictions.get(reason)
         if counter is not None:

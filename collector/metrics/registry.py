@@ -164,8 +164,8 @@ class Metrics:
             "ctxprec_tool_spans_not_taken", "Tool-call spans seen and not read as retrievals, by service and tool "
             "name (50 names a service, then other).", ["service", "tool"], registry=r)
         self.late_log_records = Counter(
-            "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was decided "
-            "(the answer or prompt they carry was not read).", registry=r)
+            "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was "
+            "forgotten (past assembly.late_grace_s; the answer or prompt they carry was not read).", registry=r)
         self.contexts_dropped = Counter(
             "ctxprec_contexts_dropped", "Retrieved contexts beyond the per-retrieval cap, not scored.", registry=r)
         self.buffered_bytes = Gauge("ctxprec_buffered_bytes", "Approximate bytes held by the assembly buffer.", registry=r)

@@ -128,3 +128,29 @@ async def test_a_retrieval_waits_for_its_answer_and_one_past_the_wait_is_counted
     ingest.flush()
     assert len(sink.retrievals) == 2
     assert metrics.registry.get_sample_value("ctxprec_late_answers_total") == 1
+
+
+async def test_a_trace_longer_than_the_buffer_is_decided_step_by_step_within_its_bytes() -> None:
+    """One agent step a second, no root, the buffer's byte bound a few steps: the trace is evicted
+    again and again, each step decided once, memory within the bound."""
+    case = arrivals.agent_steps(12, 1.0, root_at_end=False, name="long")
+    step_bytes = sum(s.ByteSize() + 256 for s in case.sends[0].spans)
+    limit_mb = 3.5 * step_bytes / 2**20
+    clock, sink, metrics = Clock(), CollectingSink(), Metrics()
+    ingest = OtlpIngest(keep_trace=Sampler(1.0).keep_trace, sink=sink, metrics=metrics, clock=clock,
+                        settings=IngestSettings(buffer=AssemblyConfig(quiet_period_s=2.0, answer_wait_s=10.0,
+                                                                      max_buffer_mb=limit_mb)))
+    peak = 0
+    for send in case.sends:
+        request = ExportTraceServiceRequest()
+        request.resource_spans.add().scope_spans.add().spans.extend(send.spans)
+        await ingest.ingest(request, receiver="otlp_http")
+        peak = max(peak, ingest.buffer.bytes)
+        clock.now += 1.0
+        ingest.flush()
+    clock.now += 10.0
+    ingest.flush()
+    assert peak <= limit_mb * 2**20
+    assert metrics.registry.get_sample_value("ctxprec_trace_evictions_total", {"reason": "max_bytes"}) >= 2
+    assert sorted(r.span_id for r in sink.retrievals) == sorted(span_id for _, span_id in case.retrievals)
+    assert metrics.registry.get_sample_value("ctxprec_late_spans_total") == 0

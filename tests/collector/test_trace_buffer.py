@@ -175,7 +175,12 @@ def test_trace_count_bound_evicts_oldest_first_and_counts(clock: Clock) -> None:
     evicted = buffer.pop_ready()  # evicted traces are handed out (partial), not lost
     assert [t.trace_id for t in evicted] == traces[:2]
     assert all(t.evicted == "max_traces" for t in evicted)
-    assert buffer.is_decided(traces[0])
+    # A later span of an evicted trace starts its state again, with what was decided of it.
+    evicted[0].decided.add(b"decided!")
+    assert not buffer.is_decided(traces[0])
+    buffer.add(record(traces[0]))
+    again = buffer._traces[traces[0]]
+    assert again is not evicted[0] and again.decided == {b"decided!"} and again.spans != evicted[0].spans
 
 
 def test_byte_bound_evicts_and_tracks_bytes(clock: Clock) -> None:

@@ -31,6 +31,7 @@ BENCHMARKS = [
     "score_throughput",
     "adaptive_concurrency",
     "ingest",
+    "huge_trace",
     "log_passthrough",
     "resolver",
     "forward_latency",
@@ -99,6 +100,9 @@ HEADLINES: dict[str, tuple[str, str, str, Any]] = {
     "ingest": ("whole `ctxprec serve` spans per CPU-second (OTLP/HTTP in, span-mode forwarding, 1% judged) / bare "
                "ParseFromString; this tree against the baseline ref is `vs_baseline` below, in-process decode + "
                "ingest is `ratio`", "serve_process_ratio", ">= 0.2", lambda r: r >= 0.2),
+    "huge_trace": ("one 20,001-span agent trace (500 retrievals) into `ctxprec serve`: CPU per span at 20k / at 5k "
+                   "spans, this tree; the loop's longest stall and the baseline ref's beside it",
+                   "after.cpu_per_span_largest_over_smallest", "<= 1.3, stall < 1 s", "goal_met"),
     "log_passthrough": ("whole `ctxprec serve` OTLP log records per CPU-second passed on to --forward-to / bare "
                         "ExportLogsServiceRequest.ParseFromString, an app's own logs (GenAI events at 1% below)",
                         "serve_process_ratio", ">= 0.2 (GenAI events >= 0.095)", "goal_met"),

@@ -169,6 +169,8 @@ class SpanPassThrough(Protocol):
 
     def trace_done(self, trace_id: bytes, retrieval_span_ids: set[bytes]) -> None: ...
 
+    def nest_done(self, trace_id: bytes, span_ids: set[bytes]) -> None: ...
+
 
 class SignalPassThrough(Protocol):
     """OTLP logs and metrics on their way downstream (assembly -> the forwarder): the serialized

@@ -90,6 +90,7 @@ class HeldSpan:
     span: Any  # the request's opentelemetry.proto.trace.v1.Span
     scope_spans: Any  # the request's ScopeSpans holding it
     resource_spans: Any  # the request's ResourceSpans holding it
+    resent: bool = False  # a copy of a span already buffered (an exporter's retry)
 
 
 class Ack(Protocol):

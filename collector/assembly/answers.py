@@ -2,18 +2,29 @@
 
 A production trace rarely has the shape a tutorial chain has: the LLM span may sit under another
 chain than the retriever, under an HTTP server span, several levels down, or beside the retriever
-under an app span. So the answer is found by what the spans say, not by where they sit:
+under an app span. So the answer is found by the trace's structure and by what the spans say,
+the clocks only breaking ties:
 
 1. LLM spans (as the conventions table recognises them: OpenInference, GenAI, OpenLLMetry,
-   Mastra, the Vercel AI SDK) that start after the retrieval started and are not inside it are
-   the candidates;
-2. those whose input holds text of the retrieved contexts consumed the retrieval, and the last of
-   them in time gives the final answer (refine and tree-summarize modes make several calls);
-3. if none holds context text, the first candidate; a candidate with an empty output (an agent's
-   turn that only called a tool) gives no answer;
-4. only when no candidate gives one (there is none, or every one only called tools, as an agent
+   Mastra, the Vercel AI SDK) that are neither the retrieval's ancestors nor inside it, and that
+   start no earlier than `tolerance` before it (the LLM may run on a host whose clock is behind
+   the retriever's: `assembly.clock_tolerance_s`), are the candidates;
+2. they are looked at ring by ring, nearest first (trace_tree.py): the spans beside the
+   retrieval under its parent (later siblings and their descendants), then those under its
+   grandparent, and so on up to the other parts of the trace;
+3. in the nearest ring where some do, those whose input holds text of the retrieved contexts
+   consumed the retrieval, and the last of them in time gives the final answer (refine and
+   tree-summarize modes make several calls);
+4. if none in any ring holds context text, the first candidate of the nearest ring that gives an
+   answer (those that start after the retrieval before those within the tolerance); a candidate
+   with an empty output (an agent's turn that only called a tool) gives no answer;
+5. only when no candidate gives one (there is none, or every one only called tools, as an agent
    that answers through a `final_answer` tool does), a chain's output: the outermost ancestor of
    the retrieval with an output that reads as an answer (the root span's when no ancestor has one).
+
+Each span's kind, prompt and output are read once per trace (the tree's memo), and a ring is a
+slice of the trace's depth-first order: a trace of 20,000 spans and 500 retrievals costs what
+its retrievals' own neighbourhoods hold, not 500 scans of the trace.
 
 Outputs are read as clean text (values.py) from the keys the table names, those of the convention
 that recognised the LLM span first; `Answer.clean` is False when a value of an unknown shape had
@@ -23,7 +34,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ctxprec.collector.assembly.spans import SpanRecord
 from ctxprec.collector.assembly.table import AnswerSource, LlmRule, table
@@ -36,6 +47,7 @@ from ctxprec.collector.assembly.values import (
     repr_message_text,
     strings_in,
 )
+from ctxprec.collector.loop_turns import CHUNK
 from ctxprec.collector.model import RetrievedContext
 
 LLM_SPAN = "llm_span"
@@ -200,28 +212,88 @@ def consumed(haystack: str, needles: Iterable[str]) -> bool:
     return any(needle in haystack for needle in needles)
 
 
-def find_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tree: TraceTree) -> Answer:
-    candidates: list[tuple[SpanRecord, LlmRule]] = []
-    for s in tree.spans:
-        if s.span_id == retrieval.span_id or s.start_time_unix_nano < retrieval.start_time_unix_nano:
+DEFAULT_TOLERANCE_NS = 1_000_000_000
+_LLM_INDEX = "answers.llm_spans"
+_PROMPT = "answers.prompt"
+_OUTPUT = "answers.output"
+_MISSING = object()
+
+
+def _llm_spans(tree: TraceTree) -> tuple[list[int], list[tuple[SpanRecord, LlmRule]]]:
+    """The trace's LLM spans with their rule, as positions in the tree's depth-first order."""
+    for _ in index_steps(tree):
+        pass
+    return tree.memo[_LLM_INDEX]
+
+
+def index_steps(tree: TraceTree, every: int = CHUNK) -> Iterator[None]:
+    """Reads which spans of the trace are LLM calls, yielding every `every` spans (a caller that
+    shares the event loop turns between them); nothing to do once read."""
+    if _LLM_INDEX in tree.memo:
+        return
+    yield from tree.index_steps(every)
+    positions: list[int] = []
+    entries: list[tuple[SpanRecord, LlmRule]] = []
+    for position, span in enumerate(tree.order()):
+        rule = llm_rule(span)
+        if rule is not None:
+            positions.append(position)
+            entries.append((span, rule))
+        if position % every == every - 1:
+            yield
+    tree.memo[_LLM_INDEX] = (positions, entries)
+
+
+def _prompt(tree: TraceTree, span: SpanRecord, rule: LlmRule) -> str:
+    key = (_PROMPT, id(span))
+    found = tree.memo.get(key)
+    if found is None:
+        found = tree.memo[key] = llm_input_text(span, rule)
+    return found
+
+
+def _output(tree: TraceTree, span: SpanRecord, rule: LlmRule) -> Text | None:
+    key = (_OUTPUT, id(span))
+    found = tree.memo.get(key, _MISSING)
+    if found is _MISSING:
+        found = tree.memo[key] = llm_output(span, rule)
+    return found  # type: ignore[return-value]
+
+
+def _time(entry: tuple[SpanRecord, LlmRule]) -> tuple[int, int]:
+    return entry[0].start_time_unix_nano, entry[0].end_time_unix_nano
+
+
+def find_answer(retrieval: SpanRecord, contexts: Sequence[RetrievedContext], tree: TraceTree,
+                tolerance_ns: int = DEFAULT_TOLERANCE_NS) -> Answer:
+    positions, entries = _llm_spans(tree)
+    start = retrieval.start_time_unix_nano
+    earliest = start - tolerance_ns
+    needles = context_needles(contexts)
+    first: tuple[Text, SpanRecord] | None = None  # the nearest ring's first candidate with an answer
+    for ring in tree.rings(retrieval):
+        candidates = [entries[i] for i in tree.in_ranges(positions, ring)
+                      if entries[i][0].start_time_unix_nano >= earliest]
+        if not candidates:
             continue
-        rule = llm_rule(s)
-        if rule is not None and not tree.is_ancestor(retrieval, of=s):
-            candidates.append((s, rule))
-    candidates.sort(key=lambda c: (c[0].start_time_unix_nano, c[0].end_time_unix_nano))
-    if candidates:
-        needles = context_needles(contexts)
-        consumers = [c for c in candidates if needles and consumed(llm_input_text(*c), needles)]
-        # An SDK's outer call and its inner model call (ai.generateText around doGenerate) both
-        # hold the prompt and the answer: either gives the same one answer.
-        for span, rule in reversed(consumers):
-            found = llm_output(span, rule)
-            if found is not None:
-                return _llm_answer(found, span, tree)
-        for span, rule in candidates:
-            found = llm_output(span, rule)
-            if found is not None:
-                return _llm_answer(found, span, tree)
+        candidates.sort(key=_time)
+        if needles:
+            # An SDK's outer call and its inner model call (ai.generateText around doGenerate)
+            # both hold the prompt and the answer: either gives the same one answer.
+            for span, rule in reversed(candidates):
+                if consumed(_prompt(tree, span, rule), needles):
+                    found = _output(tree, span, rule)
+                    if found is not None:
+                        return _llm_answer(found, span, tree)
+        if first is None:
+            # Within the tolerance before the retrieval only when none starts after it.
+            for span, rule in sorted(candidates, key=lambda c: c[0].start_time_unix_nano < start):
+                found = _output(tree, span, rule)
+                if found is not None:
+                    first = found, span
+                    break
+    if first is not None:
+        return _llm_answer(*first, tree)
     # No LLM span, or only turns that called tools (an agent whose last turn calls a
     # `final_answer` tool): the agent's output.
     return _chain_answer(retrieval, contexts, tree)

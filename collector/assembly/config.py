@@ -14,7 +14,18 @@ class AssemblyConfig(BaseModel):
                                       flag="--max-wait")
     max_traces: Count = setting(10_000, "traces being assembled at most; the oldest is handed out early past it",
                                 flag="--max-buffered-traces")
+    clock_tolerance_s: NonNegative = setting(1.0, "an LLM span that starts up to this long before a retrieval may "
+                                                  "still be the one that consumed it (clocks of different hosts); "
+                                                  "the trace's structure and the prompt decide first, seconds",
+                                             flag="--clock-tolerance")
     max_buffer_mb: Positive = setting(128.0, "bytes of traces being assembled at most, MB", flag="--max-buffer-mb")
+    answer_wait_s: NonNegative = setting(
+        10.0, "a retrieval with no LLM span that consumed it yet waits this long for one (from its span's arrival, "
+              "at most max_wait_s) before it is scored against the query, seconds", flag="--answer-wait")
+    late_grace_s: NonNegative = setting(
+        60.0, "a trace whose retrievals are all decided is kept this long after its last span, so that a late "
+              "retrieval is still decided and a re-sent span recognised (within max_traces and max_buffer_mb), "
+              "seconds; 0: its later spans are late", flag="--late-grace")
 
     @property
     def max_buffer_bytes(self) -> int:

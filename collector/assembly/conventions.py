@@ -22,13 +22,17 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from ctxprec.collector.assembly.answers import (
     CHAIN_OUTPUT,
+    DEFAULT_TOLERANCE_NS,
     NO_ANSWER,
     Answer,
     find_answer,
+)
+from ctxprec.collector.assembly.answers import (
+    index_steps as answer_index_steps,
 )
 from ctxprec.collector.assembly.documents import Found, read_documents
 from ctxprec.collector.assembly.reranking import seen_by_model
@@ -38,6 +42,7 @@ from ctxprec.collector.assembly.specs import conditions, parse_spec, parse_specs
 from ctxprec.collector.assembly.table import RetrievalRule, Source, ToolMatch, table
 from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.config_types import Count, OptionalText, setting
+from ctxprec.collector.loop_turns import CHUNK, LoopTurns
 from ctxprec.collector.model import Retrieval
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -244,6 +249,9 @@ class Extracted:
     retrieval: Retrieval
     span: SpanRecord
     dropped_contexts: int = 0
+    # The other spans of its nest that are not read as retrievals of their own (a retrieval
+    # decided before its outer span arrived is not decided again through that span).
+    inner: frozenset[bytes] = frozenset()
 
 
 @dataclass(slots=True)
@@ -254,8 +262,12 @@ class _Candidate:
 
 
 class Conventions:
-    def __init__(self, config: ConventionConfig | None = None) -> None:
+    def __init__(self, config: ConventionConfig | None = None, *,
+                 clock_tolerance_s: float = DEFAULT_TOLERANCE_NS / 1e9) -> None:
+        """`clock_tolerance_s`: how long before a retrieval the LLM span that consumed it may
+        seem to start (its host's clock behind the retriever's; answers.py)."""
         self.config = config or ConventionConfig()
+        self.tolerance_ns = int(clock_tolerance_s * 1e9)
         self.rules: tuple[RetrievalRule, ...] = self.config.rules()
         self.order: tuple[str, ...] = tuple(rule.name for rule in self.rules)
         self._rank = {name: i for i, name in enumerate(self.order)}
@@ -279,17 +291,58 @@ class Conventions:
 
     # -- a trace's retrievals --
 
-    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None) -> list[Extracted]:
+    def extract(self, spans: Sequence[SpanRecord], seen: TraceSeen | None = None,
+                decided: set[bytes] | frozenset[bytes] = frozenset()) -> list[Extracted]:
         """The retrievals of a trace; `seen` notes the spans each convention matched and the
-        tool spans not taken."""
+        tool spans not taken. `decided`: retrieval spans decided at an earlier look, left out
+        (and their nests, also when the nest's outer span came since), before their answer is
+        looked for."""
+        steps = self._extract_steps(spans, seen, decided)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    async def extract_sharing(self, spans: Sequence[SpanRecord], seen: TraceSeen | None, turns: LoopTurns,
+                              decided: set[bytes] | frozenset[bytes] = frozenset()) -> list[Extracted]:
+        """`extract`, letting the rest of the event loop run whenever `turns` says its slice is
+        used up: a trace of 20,000 spans must not hold /healthz for the time it takes."""
+        steps = self._extract_steps(spans, seen, decided)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await turns.share()
+
+    def _extract_steps(self, spans: Sequence[SpanRecord], seen: TraceSeen | None,
+                       decided: set[bytes] | frozenset[bytes]) -> Generator[None, None, list[Extracted]]:
+        """The work of `extract` in steps of about CHUNK spans or one retrieval each."""
         tree = TraceTree(spans)
-        candidates = self._candidates(spans)
+        candidates: list[_Candidate] = []
+        for start in range(0, len(spans), CHUNK):
+            candidates += self._candidates(spans[start:start + CHUNK])
+            yield
         if seen is not None:
             self._survey(spans, candidates, seen)
+            yield
+        if not candidates:
+            return []
+        yield from answer_index_steps(tree)
         out: list[Extracted] = []
         for group in _nests(candidates, tree):
-            for chosen in _representatives(group, tree):
-                out.append(self._extracted(chosen, group, tree))
+            chosen_ones = _representatives(group, tree)
+            inner = frozenset(c.span.span_id for c in group) - {c.span.span_id for c in chosen_ones}
+            if decided and not decided.isdisjoint(inner):
+                continue
+            for chosen in chosen_ones:
+                if chosen.span.span_id in decided:
+                    continue
+                item = self._extracted(chosen, group, tree)
+                item.inner = inner
+                out.append(item)
+                yield
         out.sort(key=lambda e: e.span.start_time_unix_nano)
         return out
 
@@ -340,9 +393,9 @@ class Conventions:
         if found.output is not None:
             answer = Answer(found.output, CHAIN_OUTPUT)
         elif contexts:
-            answer = find_answer(span, contexts, tree)
+            answer = find_answer(span, contexts, tree, self.tolerance_ns)
         elif found.textless:  # documents known by id: a resolver may give their text
-            answer = find_answer(span, found.contexts, tree)
+            answer = find_answer(span, found.contexts, tree, self.tolerance_ns)
         else:
             answer = NO_ANSWER
         retrieval = Retrieval(
@@ -378,11 +431,15 @@ class Conventions:
         key = self.config.expected_output_attribute
         if not key:
             return None
-        for candidate in (span, *tree.roots(), *(s for s in tree.spans if s is not span and not s.is_root)):
-            value = candidate.attributes.get(key)
-            if isinstance(value, str) and value:
-                return value
-        return None
+        value = span.attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+        # The trace's own (roots first), looked up once per trace, not once per retrieval.
+        memo = ("expected_output", key)
+        if memo not in tree.memo:
+            tree.memo[memo] = next((v for s in (*tree.roots(), *(s for s in tree.spans if not s.is_root))
+                                    if isinstance(v := s.attributes.get(key), str) and v), None)
+        return tree.memo[memo]
 
 
 @dataclass(slots=True)

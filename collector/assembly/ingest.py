@@ -11,9 +11,12 @@ mappings) fall back to decoding the unsampled spans of a resource, but only when
 occurs in it at all. Every retrieval is counted from
 the first request on, whatever the service sent before.
 
-Spans of sampled traces are copied into `SpanRecord`s and buffered until their trace is ready;
-then the retrievals are extracted and handed to the `RetrievalSink`, each carrying the trace's
-input acknowledgements (released when all of the trace's retrievals are decided). In span mode
+Spans of sampled traces are copied into `SpanRecord`s and buffered (trace_buffer.py); each
+retrieval is extracted and handed to the `RetrievalSink` once, as its own nest completes (its
+answer came, or its deadline passed: a long trace is decided step by step, a late retrieval span
+joins its trace), carrying the trace's input acknowledgements (released with the decisions that
+leave none of the trace's retrievals waiting). A re-sent span is recognised and never decided
+twice. In span mode
 every request is handed on to the span write-back (`SpanPassThrough`), naming the retrieval spans
 of sampled traces, which wait there for their results; assembly itself never sees a result.
 
@@ -34,12 +37,14 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from ctxprec.collector.assembly import event_logs
+from ctxprec.collector.assembly.answers import LLM_SPAN, find_answer
 from ctxprec.collector.assembly.config import AssemblyConfig
-from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests
+from ctxprec.collector.assembly.conventions import ConventionConfig, Conventions, CountedNests, Extracted
 from ctxprec.collector.assembly.markers import MarkerScanner
 from ctxprec.collector.assembly.silence import ConventionStats, TraceSeen
 from ctxprec.collector.assembly.spans import SpanRecord, bare_record, span_record
 from ctxprec.collector.assembly.trace_buffer import BufferedTrace, TraceBuffer
+from ctxprec.collector.assembly.trace_tree import TraceTree
 from ctxprec.collector.components import (
     Deadline,
     RetrievalSink,
@@ -88,7 +93,8 @@ class OtlpIngest:
         self._passthrough = passthrough
         self._signals = signals
         self._clock = clock
-        self.conventions = Conventions(self.settings.conventions)
+        self.conventions = Conventions(self.settings.conventions,
+                                       clock_tolerance_s=self.settings.buffer.clock_tolerance_s)
         self.buffer = TraceBuffer(self.settings.buffer, metrics=metrics, clock=clock)
         self._max_chars = self.settings.conventions.max_attribute_chars
         self._received: dict[str, Any] = {}
@@ -242,9 +248,13 @@ class OtlpIngest:
             if route == _LATE:
                 self._metrics.late_spans.inc()
                 continue
-            self.buffer.add(record, ack)
-            if span_mode and self.conventions.is_retrieval(record):
-                held.append(HeldSpan(record.trace_id, record.span_id, span, ss, request.resource_spans[ri]))
+            retrieval = self.conventions.is_retrieval(record)
+            fresh = self.buffer.add(record, ack, retrieval=retrieval)
+            if not fresh:
+                self._metrics.resent_spans.inc()
+            if span_mode and retrieval:
+                held.append(HeldSpan(record.trace_id, record.span_id, span, ss, request.resource_spans[ri],
+                                     resent=not fresh))
         if self._sink is not None and data is not None:
             await self._count_not_sampled(request, data, fast_routed, routed_ids, turns)
         return held
@@ -357,7 +367,16 @@ class OtlpIngest:
         self._ready.extend(self.buffer.pop_ready())
         turns = LoopTurns()
         while self._ready:
-            self._finish(self._ready.popleft())
+            trace = self._ready[0]
+            # A trace of 20,000 spans is read in slices of the loop (conventions.extract_sharing);
+            # it leaves `_ready` only once read, so a cancel in between loses nothing.
+            started = time.perf_counter()
+            read = await self._extract_sharing(trace, turns)
+            if not self._ready or self._ready[0] is not trace:
+                continue  # handed out meanwhile (a `flush()` while this one shared the loop)
+            self._ready.popleft()
+            self._finish(trace, read)
+            trace.look_s = time.perf_counter() - started  # paces the next look while it grows
             await turns.share()
 
     def flush(self) -> int:
@@ -368,22 +387,77 @@ class OtlpIngest:
             self._finish(self._ready.popleft())
         return count
 
-    def _finish(self, trace: BufferedTrace) -> None:
+    async def _extract_sharing(self, trace: BufferedTrace, turns: LoopTurns) -> tuple[list[Extracted], TraceSeen]:
         seen = TraceSeen()
         try:
             if trace.log_events:
                 event_logs.apply(trace.spans, trace.log_events)
-            extracted = self.conventions.extract(trace.spans, seen)
+            return await self.conventions.extract_sharing(trace.spans, seen, turns, trace.decided), seen
         except Exception:
             log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
-            extracted = []
-        self.stats.trace(trace.spans, len(extracted), seen)
-        countdown = Countdown(len(extracted), trace.acks)
-        handed: set[bytes] = set()
+            return [], seen
+
+    def _finish(self, trace: BufferedTrace, read: tuple[list[Extracted], TraceSeen] | None = None) -> None:
+        """Decides the retrievals of `trace` whose nest is complete (each once in the trace's
+        life): one with an LLM span's answer (or needing none) once the trace is quiet or a quiet
+        period after its span came, any one at its deadline (`answer_wait_s`, at most
+        `max_wait_s`, from its span's arrival), all of them when the trace is handed out for
+        good. The others wait for a later look. `read`: the trace's retrievals and survey when
+        already read (`_extract_sharing`, sharing the loop)."""
+        buffer = self.buffer
+        config = buffer.config
+        now = self._clock()
+        complete = trace.final or buffer.complete(trace, now)
+        quiet = complete or now - trace.last_seen >= config.quiet_period_s
+        survey = complete and not trace.surveyed
+        if read is not None:
+            extracted, seen = read
+        else:
+            seen = TraceSeen()
+            try:
+                if trace.log_events:
+                    event_logs.apply(trace.spans, trace.log_events)
+                extracted = self.conventions.extract(trace.spans, seen if survey else None, trace.decided)
+            except Exception:
+                log.exception("retrieval extraction failed for trace %s", trace.trace_id.hex())
+                extracted = []
+        if trace.unanswered:
+            self._late_answers(trace)
+        wait = min(config.answer_wait_s, config.max_wait_s)
+        ready: list[Any] = []
+        due: float | None = None
         for item in extracted:
+            span_id = item.span.span_id
+            if span_id in trace.decided or not trace.decided.isdisjoint(item.inner):
+                continue  # decided already (a nest whose outer span came later is the same retrieval)
+            retrieval = item.retrieval
+            needs_answer = bool(retrieval.contexts or retrieval.textless)
+            arrived = min((trace.arrivals.get(i, trace.first_seen) for i in (span_id, *item.inner)),
+                          default=trace.first_seen)
+            deadline = arrived + wait
+            # Complete: its answer (or no need of one), and a quiet period since its span came or
+            # since the trace's last span (a refine chain's later calls come within it).
+            settled = quiet or now - arrived >= config.quiet_period_s
+            if trace.final or now >= deadline or (settled and (not needs_answer or retrieval.answer_source == LLM_SPAN)):
+                ready.append(item)
+            else:
+                due = deadline if due is None else min(due, deadline)
+        if survey:
+            trace.surveyed = True
+            self.stats.trace(trace.spans, len(extracted) + len(trace.decided), seen)
+        # The messages that brought the trace's spans are acknowledged with the last decisions
+        # of what they brought: held while a retrieval of the trace still waits.
+        acks: list[Any] = []
+        if due is None:
+            acks, trace.acks = trace.acks, []
+        countdown = Countdown(len(ready), acks)
+        for item in ready:
+            trace.decided.add(item.span.span_id)
             if item.dropped_contexts:
                 self._metrics.contexts_dropped.inc(item.dropped_contexts)
             retrieval = item.retrieval
+            if retrieval.answer_source != LLM_SPAN and (retrieval.contexts or retrieval.textless) and not trace.final:
+                trace.unanswered.append(item)
             retrieval.ack = countdown
             if self._sink is None:
                 countdown.release()
@@ -396,8 +470,32 @@ class OtlpIngest:
                 if retrieval.ack is not None:
                     retrieval.ack = None
                     countdown.release()
-                continue
-            handed.add(item.span.span_id)
+        if not trace.final:
+            buffer.looked_at(trace, due)
         if self._passthrough is not None:
-            # Held spans of this trace that are not retrievals in the sink's hands go on unscored.
-            self._passthrough.trace_done(trace.trace_id, handed)
+            # Held spans of this trace that are not retrievals in the sink's hands go on unscored:
+            # the inner spans of decided nests now, the rest when the trace is done with.
+            if trace.final or trace.done:
+                self._passthrough.trace_done(trace.trace_id, trace.decided)
+            else:
+                inner = {i for item in ready for i in item.inner}
+                if inner:
+                    self._passthrough.nest_done(trace.trace_id, inner)
+
+    def _late_answers(self, trace: BufferedTrace) -> None:
+        """Retrievals decided without an LLM span's answer whose answer has come since (counted
+        `ctxprec_late_answers_total`: scored against the query, the answer came too late)."""
+        tree = TraceTree(trace.spans)
+        waiting = []
+        for item in trace.unanswered:
+            try:
+                answer = find_answer(item.span, item.retrieval.contexts or item.retrieval.textless, tree,
+                                     self.conventions.tolerance_ns)
+            except Exception:
+                log.exception("late answer check failed for trace %s", trace.trace_id.hex())
+                continue
+            if answer.source == LLM_SPAN:
+                self._metrics.late_answers.inc()
+            else:
+                waiting.append(item)
+        trace.unanswered = waiting

@@ -53,25 +53,47 @@ def _ids(rule: Reranking, attributes: dict[str, Any]) -> list[str]:
     return out
 
 
+_RERANKERS = "reranking.spans"
+
+
+def _rerankers(tree: TraceTree) -> tuple[list[int], list[tuple[SpanRecord, list[str]]]]:
+    """The trace's spans that output document ids, as positions in its depth-first order (read
+    once per trace: most traces have none)."""
+    found = tree.memo.get(_RERANKERS)
+    if found is None:
+        positions: list[int] = []
+        entries: list[tuple[SpanRecord, list[str]]] = []
+        for position, span in enumerate(tree.order()):
+            wanted = output_ids(span)
+            if wanted:
+                positions.append(position)
+                entries.append((span, wanted))
+        found = tree.memo[_RERANKERS] = (positions, entries)
+    return found
+
+
 def seen_by_model(contexts: list[RetrievedContext], nest: Sequence[SpanRecord], tree: TraceTree
                   ) -> list[RetrievedContext]:
     """`contexts` as the re-rankers after the nest left them (unchanged without any)."""
     if not _RULES or not any(c.id for c in contexts):
         return contexts
+    positions, entries = _rerankers(tree)
+    if not entries:
+        return contexts
     ids = {s.span_id for s in nest}
     top = next((s for s in nest if not any(a.span_id in ids for a in tree.ancestors(s))), nest[0])
     parent = tree.parent(top)
     start = min(s.start_time_unix_nano for s in nest)
-    later = sorted((s for s in tree.spans
-                    if s.span_id not in ids and s.start_time_unix_nano >= start
-                    and not tree.is_ancestor(s, of=top)
-                    and (parent is None or tree.is_ancestor(parent, of=s))
-                    and not any(tree.is_ancestor(n, of=s) for n in nest)),
-                   key=lambda s: (s.start_time_unix_nano, s.end_time_unix_nano))
+    # Under the nest's parent (the parent itself, an ancestor, left out), or anywhere without one.
+    scope = [(tree.position(parent) + 1, tree.interval(parent)[1])] if parent is not None else [(0, tree.size())]
+    inside = [tree.interval(s) for s in nest]
+    later = sorted((entries[i] for i in tree.in_ranges(positions, scope)
+                    if entries[i][0].span_id not in ids and entries[i][0].start_time_unix_nano >= start
+                    and not any(low <= positions[i] < high for low, high in inside)),
+                   key=lambda e: (e[0].start_time_unix_nano, e[0].end_time_unix_nano))
     current = contexts
-    for span in later:
-        wanted = output_ids(span)
-        if not wanted or len(set(wanted)) != len(wanted):
+    for span, wanted in later:
+        if len(set(wanted)) != len(wanted):
             continue
         by_id = {c.id: c for c in current if c.id}
         if all(i in by_id for i in wanted):

@@ -46,6 +46,7 @@ class _Waiting:
     request: ExportTraceServiceRequest  # the span alone, with its resource and scope
     span: Span
     deadline: float
+    copies: int = 1  # received this often (an exporter's retry): forwarded as often
 
 
 class SpanWriteBack:
@@ -78,6 +79,9 @@ class SpanWriteBack:
         """Sends the request on without the `held` spans, which wait for their results. `raw` is
         the request's protobuf encoding when the caller has it (sent as it is when nothing is
         held). `request` may lose the held spans (only when they cannot be cut from the bytes)."""
+        # A re-sent retrieval span whose first copy still waits goes out with it, scored alike; one
+        # whose first copy left already goes on now (its retrieval is decided once, with that copy).
+        held = [item for item in held if not item.resent or (item.trace_id, item.span_id) in self._held]
         if total_spans == len(held) and held:
             self._hold_all(held)
             return
@@ -97,10 +101,21 @@ class SpanWriteBack:
             if span_id not in retrieval_span_ids:
                 self._release((trace_id, span_id), None)
 
+    def nest_done(self, trace_id: bytes, span_ids: set[bytes]) -> None:
+        """Spans of decided nests that are not retrievals of their own go on unscored."""
+        for span_id in span_ids:
+            self._release((trace_id, span_id), None)
+
     def _hold_all(self, held: list[HeldSpan]) -> list[bytes]:
         deadline = self._clock() + self.hold_deadline_s
         encoded: list[bytes] = []
         for item in held:
+            key = (item.trace_id, item.span_id)
+            waiting = self._held.get(key)
+            if waiting is not None and item.resent:
+                waiting.copies += 1
+                encoded.append(item.span.SerializeToString())
+                continue
             request = ExportTraceServiceRequest()
             rs = request.resource_spans.add()
             rs.resource.CopyFrom(item.resource_spans.resource if item.resource_spans is not None else Resource())
@@ -110,7 +125,6 @@ class SpanWriteBack:
             ss.schema_url = item.scope_spans.schema_url if item.scope_spans is not None else ""
             span = ss.spans.add()
             span.CopyFrom(item.span)
-            key = (item.trace_id, item.span_id)
             self._held[key] = _Waiting(request, span, deadline)
             self._by_trace.setdefault(item.trace_id, []).append(item.span_id)
             encoded.append(span.SerializeToString())
@@ -134,9 +148,11 @@ class SpanWriteBack:
             return False
         if attributes:
             set_attributes(waiting.span, attributes)
-        self.sender.forward_raw(waiting.request.SerializeToString(), 1)
+        data = waiting.request.SerializeToString()
+        for _ in range(waiting.copies):
+            self.sender.forward_raw(data, 1)
         scored = attributes is not None and "gen_ai.evaluation.score.value" in attributes
-        self._released["scored" if scored else "unscored"].inc()
+        self._released["scored" if scored else "unscored"].inc(waiting.copies)
         return True
 
     # -- deadlines and lifecycle --
@@ -150,9 +166,11 @@ class SpanWriteBack:
             if not force and waiting.deadline > now:
                 break
             del self._held[key]
-            self.sender.forward_raw(waiting.request.SerializeToString(), 1)
-            self._released["expired"].inc()
-            sent += 1
+            data = waiting.request.SerializeToString()
+            for _ in range(waiting.copies):
+                self.sender.forward_raw(data, 1)
+            self._released["expired"].inc(waiting.copies)
+            sent += waiting.copies
         return sent
 
     async def start(self) -> None:

@@ -196,7 +196,18 @@ class Metrics:
             ["listener", "reason"], registry=r)
         self.trace_evictions = Counter(
             "ctxprec_trace_evictions", "Traces dropped from the assembly buffer, by reason.", ["reason"], registry=r)
-        self.late_spans = Counter("ctxprec_late_spans", "Spans that arrived after their trace was decided.", registry=r)
+        self.late_spans = Counter(
+            "ctxprec_late_spans", "Spans that arrived after their trace was forgotten (past assembly.late_grace_s, or "
+            "dropped from the buffer): forwarded, not read.", registry=r)
+        self.late_spans_joined = Counter(
+            "ctxprec_late_spans_joined", "Spans that joined their trace after it was complete (root seen and quiet, or "
+            "max_wait_s since its first span), while it was kept (assembly.late_grace_s): read like any other.", registry=r)
+        self.late_answers = Counter(
+            "ctxprec_late_answers", "Retrievals decided without an LLM span's answer (after assembly.answer_wait_s) "
+            "whose answer arrived later: scored against the query.", registry=r)
+        self.resent_spans = Counter(
+            "ctxprec_resent_spans", "Spans received again for a trace that held them already (an exporter's retry): "
+            "forwarded as often as received, decided once.", registry=r)
         # Silence made visible (collector/assembly/silence.py): an app that calls a model and
         # retrieves in a way no convention reads gets no decision at all; these say so.
         self.llm_spans_without_retrieval = Counter(
@@ -206,8 +217,8 @@ class Metrics:
             "ctxprec_tool_spans_not_taken", "Tool-call spans seen and not read as retrievals, by service and tool "
             "name (50 names a service, then other).", ["service", "tool"], registry=r)
         self.late_log_records = Counter(
-            "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was decided "
-            "(the answer or prompt they carry was not read).", registry=r)
+            "ctxprec_late_log_records", "GenAI event log records of a sampled trace that arrived after it was "
+            "forgotten (past assembly.late_grace_s; the answer or prompt they carry was not read).", registry=r)
         self.contexts_dropped = Counter(
             "ctxprec_contexts_dropped", "Retrieved contexts beyond the per-retrieval cap, not scored.", registry=r)
         self.buffered_bytes = Gauge("ctxprec_buffered_bytes", "Approximate bytes held by the assembly buffer.", registry=r)

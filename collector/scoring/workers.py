@@ -5,6 +5,10 @@ Ingestion only ever calls `try_submit`, which never waits: a full queue is the o
 failure is a `failed` decision with the error's kind, never an invented score. The outcome, with
 its score record, goes on to the `ResultSink` downstream; scoring knows nothing of exporters.
 
+The queue takes turns between traces (`TraceTurnsQueue`): an agent trace that brings 500
+retrievals at once has them scored one per turn among the other traces' retrievals, not all of
+them ahead of everything that comes after.
+
 Shutdown (`finish(deadline)`) stops taking work, lets the queue drain until the deadline, then
 cancels what is still running; everything not finished by then is decided `failed` with error
 type `shutdown`, so nothing is silently lost.
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict, deque
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -26,6 +31,45 @@ from ctxprec.scorer.records import document_names, failure_record, record_id, re
 from ctxprec.scorer.result import JudgeUsage, ScoreResult
 
 log = logging.getLogger(__name__)
+
+
+class _TraceTurns:
+    """Retrievals waiting, per trace, taken in turns: the trace whose retrieval was taken goes
+    to the back of the line. What asyncio.Queue keeps in `_queue` (append, popleft, len)."""
+
+    __slots__ = ("_traces", "_count")
+
+    def __init__(self) -> None:
+        self._traces: OrderedDict[str, deque[Retrieval]] = OrderedDict()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, retrieval: Retrieval) -> None:
+        waiting = self._traces.get(retrieval.trace_id)
+        if waiting is None:
+            waiting = self._traces[retrieval.trace_id] = deque()
+        waiting.append(retrieval)
+        self._count += 1
+
+    def popleft(self) -> Retrieval:
+        trace, waiting = next(iter(self._traces.items()))
+        retrieval = waiting.popleft()
+        self._count -= 1
+        if waiting:
+            self._traces.move_to_end(trace)
+        else:
+            del self._traces[trace]
+        return retrieval
+
+
+class TraceTurnsQueue(asyncio.Queue):  # type: ignore[type-arg]
+    """A bounded asyncio queue of retrievals that takes turns between traces."""
+
+    def _init(self, maxsize: int) -> None:
+        self._queue = _TraceTurns()
+
 
 class ScoringWorkers:
     def __init__(
@@ -54,7 +98,7 @@ class ScoringWorkers:
         self.worker_count = workers
         self.metrics = metrics
         self.costs = costs
-        self._queue: asyncio.Queue[Retrieval] = asyncio.Queue(maxsize=queue_size)
+        self._queue: asyncio.Queue[Retrieval] = TraceTurnsQueue(maxsize=queue_size)
         if metrics is not None:
             # Read at scrape time: setting it on every put and get cost more than the rest of a put.
             metrics.queue_depth.set_function(self._queue.qsize)

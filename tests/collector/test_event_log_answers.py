@@ -91,7 +91,7 @@ async def test_the_answer_comes_from_the_chat_spans_event_logs(case: str, order:
 
 @pytest.mark.parametrize("case", CASES)
 async def test_without_its_logs_the_chat_span_has_no_answer(case: str) -> None:
-    ingest, sink, _, _ = make_ingest()
+    ingest, sink, _, _ = make_ingest(answer_wait_s=0.0)
     await send(ingest, case, (TRACES,))
     ingest.flush()
     assert len(sink.retrievals) == 3 and {r.output for r in sink.retrievals} == {None}
@@ -122,14 +122,28 @@ async def test_unsampled_logs_pass_on_without_a_look() -> None:
     assert sum(sink.not_sampled_counts.values()) == 3  # the retrievals, counted unsampled
 
 
-async def test_logs_after_their_trace_was_handed_out_are_counted_late() -> None:
-    ingest, sink, forwarded, metrics = make_ingest()
+async def test_logs_after_their_trace_was_forgotten_are_counted_late() -> None:
+    ingest, sink, forwarded, metrics = make_ingest(answer_wait_s=0.0, late_grace_s=0.0)
     await send(ingest, "otel-genai-events", (TRACES,))
     ingest.flush()
     await send(ingest, "otel-genai-events", (LOGS,))
     assert {r.output for r in sink.retrievals} == {None}
     assert metrics.registry.get_sample_value("ctxprec_late_log_records_total") == 3  # one details record per call
     assert len(ingest.buffer) == 0 and len(forwarded.items) == 1
+
+
+async def test_logs_after_their_retrievals_were_decided_are_late_answers() -> None:
+    """Within the trace's grace the answer's records still join it: the retrievals were scored
+    against the query already (decided once), and the answers that came after are counted."""
+    ingest, sink, forwarded, metrics = make_ingest(answer_wait_s=0.0)
+    await send(ingest, "otel-genai-events", (TRACES,))
+    ingest.flush()
+    assert len(sink.retrievals) == 3 and len(ingest.buffer) == 0 and ingest.buffer.in_grace == 3
+    await send(ingest, "otel-genai-events", (LOGS,))
+    ingest.flush()
+    assert len(sink.retrievals) == 3 and {r.output for r in sink.retrievals} == {None}
+    assert metrics.registry.get_sample_value("ctxprec_late_answers_total") == 3
+    assert metrics.registry.get_sample_value("ctxprec_late_log_records_total") == 0
 
 
 async def test_log_records_join_the_buffer_within_its_bounds() -> None:

@@ -205,7 +205,7 @@ async def test_decision_without_attributes_releases_the_span_as_is(make_mode: Ca
     assert mode.value("ctxprec_exported_spans_total", exporter="span_hold", outcome="unscored") == 1
 
 
-async def test_late_span_is_forwarded_and_counted(make_mode: Callable[..., Awaitable[Mode]]) -> None:
+async def test_late_span_joins_its_trace_and_is_forwarded(make_mode: Callable[..., Awaitable[Mode]]) -> None:
     mode = await make_mode(rate=1.0)
     trace = trace_id(True)
     spans = rag_trace(trace)
@@ -215,10 +215,33 @@ async def test_late_span_is_forwarded_and_counted(make_mode: Callable[..., Await
     await mode.post(request_of([straggler]))
     arrived = await mode.capture.wait_for_span("http.method", "GET")
     assert arrived.span == straggler
-    assert mode.value("ctxprec_late_spans_total") == 1
-    assert len(mode.ingest.buffer) == 0
-    await asyncio.sleep(0.1)
-    assert len(mode.sink.retrievals) == 1
+    # Within the trace's grace: read with it (counted as joined, not late), no second decision.
+    assert mode.value("ctxprec_late_spans_joined_total") == 1 and mode.value("ctxprec_late_spans_total") == 0
+    await asyncio.sleep(0.2)
+    assert len(mode.sink.retrievals) == 1 and len(mode.ingest.buffer) == 0
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.3])
+async def test_a_re_sent_trace_is_decided_once_and_forwarded_twice_with_the_score(
+        make_mode: Callable[..., Awaitable[Mode]], pause_s: float) -> None:
+    """An exporter's retry after a lost acknowledgement: every acknowledged copy goes on, the
+    retrieval is decided once, and both copies of its span carry the score."""
+    mode = await make_mode(rate=1.0, quiet_s=0.5)
+    spans = rag_trace(trace_id(True))
+    retriever_id = spans[1].span_id.hex()
+    await mode.post(request_of(spans))
+    await asyncio.sleep(pause_s)
+    await mode.post(request_of(spans))
+    await mode.sink.wait_retrievals(1)
+    assert mode.value("ctxprec_resent_spans_total") == len(spans)
+    mode.sink.decide_all(Decision.EVALUATED)
+    await mode.capture.wait_for_spans(2 * len(spans))
+    copies = [s for s in mode.capture.spans if s.span_id == retriever_id]
+    assert len(copies) == 2
+    assert all(c.attributes["gen_ai.evaluation.score.value"] == 0.83 for c in copies)
+    await asyncio.sleep(0.3)
+    assert len(mode.sink.retrievals) == 1 and len(mode.capture.spans) == 2 * len(spans)
+    assert mode.value("ctxprec_exported_spans_total", exporter="span_hold", outcome="scored") == 2
 
 
 async def test_acks_are_released_when_retrievals_are_decided(make_mode: Callable[..., Awaitable[Mode]]) -> None:

@@ -85,7 +85,7 @@ async def make_stack() -> AsyncIterator[Callable[..., Awaitable[Stack]]]:
         metrics = Metrics()
         sink = CollectingSink()
         settings = IngestSettings(conventions=ConventionConfig(max_attribute_chars=max_attribute_chars),
-                                  buffer=AssemblyConfig(quiet_period_s=0.05), flush_interval_s=0.02)
+                                  buffer=AssemblyConfig(quiet_period_s=0.05, answer_wait_s=0.05), flush_interval_s=0.02)
         ingest = OtlpIngest(keep_trace=Sampler(1.0).keep_trace, sink=sink, metrics=metrics, settings=settings)
         await ingest.start()
         config = ReceiversConfig(otlp_http="127.0.0.1:0", otlp_grpc="127.0.0.1:0", max_request_mb=max_bytes / 2**20,

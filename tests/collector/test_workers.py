@@ -171,3 +171,27 @@ async def test_records_carry_when_the_retrieval_happened(make_stub_judge: MakeSt
     by_span = {o.retrieval.span_id: o.record for o in sink.outcomes}
     assert by_span[f"{1:016x}"]["timestamp"] == "2025-11-29T12:00:00.250Z"
     assert by_span[f"{2:016x}"]["timestamp"] is None
+
+
+async def test_one_trace_with_many_retrievals_takes_turns_with_the_others(make_stub_judge: MakeStub) -> None:
+    # An agent trace hands 30 retrievals over at once; two other traces' retrievals come after
+    # them. The queue takes turns between traces: those two are scored second and third, not 31st.
+    stub = await make_stub_judge()
+    sink = CollectSink()
+    log: list[tuple[str, Decision, Any]] = []
+    pool, _ = make_workers(stub, [sink], log, workers=1)
+    agent = [retrieval(1, [f"[relevant] step {n}"]) for n in range(30)]
+    for n, r in enumerate(agent):
+        r.span_id = f"{100 + n:016x}"
+        assert pool.try_submit(r)
+    others = [retrieval(2, ["[relevant] a"]), retrieval(3, ["[relevant] b"])]
+    for r in others:
+        assert pool.try_submit(r)
+    assert pool.depth == 32
+    await pool.start()
+    await wait_for(lambda: len(sink.outcomes) == 32)
+    order = [o.retrieval.trace_id for o in sink.outcomes]
+    assert order[:3] == [agent[0].trace_id, others[0].trace_id, others[1].trace_id]
+    assert [o.retrieval.span_id for o in sink.outcomes if o.retrieval.trace_id == agent[0].trace_id] == [
+        r.span_id for r in agent]  # a trace's own retrievals in the order they came
+    await shutdown(pool, 5)
